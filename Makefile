@@ -1,0 +1,29 @@
+# The README's two commands: `make demo` and `make test`. Both set up .venv first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo lint setup clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip >/dev/null
+	# torch first, pinned: an unpinned torch pulls several GB of CUDA wheels.
+	$(BIN)/python -m pip install "torch==2.13.0"
+	$(BIN)/python -m pip install -e ".[test]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+test: lint
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q tests
+
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m bertkit.demo
+
+clean:
+	rm -rf $(VENV) build *.egg-info

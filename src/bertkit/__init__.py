@@ -1,0 +1,3 @@
+"""bertkit: a complete, fast and faithful BERT toolkit."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from bertkit.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,268 @@
+"""Task heads on top of `BertModel`; each computes its loss when labels are given.
+
+Shape legend: B batch, T tokens, H hidden, V vocabulary, P masked positions per sequence,
+K choices, L labels.
+
+Heads are thin on purpose: task logic (SQuAD windows, label alignment, decoding) lives in `tasks/`.
+Every head class loads and saves in Hugging Face's layout (`from_pretrained` / `save_pretrained`,
+see `checkpoint.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertkit.checkpoint import PretrainedMixin
+from bertkit.config import BertConfig
+from bertkit.model import BertModel, activation, init_weights
+
+
+@dataclass
+class PreTrainingOutput:
+    loss: torch.Tensor | None
+    mlm_logits: torch.Tensor  # (B, P, V) at masked positions, else (B, T, V)
+    nsp_logits: torch.Tensor  # (B, 2): 0 = IsNext, 1 = NotNext
+    mlm_loss: torch.Tensor | None = None
+    nsp_loss: torch.Tensor | None = None
+
+
+@dataclass
+class HeadOutput:
+    loss: torch.Tensor | None
+    logits: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class SpanOutput:
+    loss: torch.Tensor | None
+    start_logits: torch.Tensor  # (B, T)
+    end_logits: torch.Tensor  # (B, T)
+
+
+class MLMHead(nn.Module):
+    """transform (dense + act + LayerNorm), then the decoder tied to the word embeddings + bias."""
+
+    def __init__(self, config: BertConfig, word_embeddings: nn.Embedding):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = activation(config.hidden_act)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.word_embeddings = word_embeddings  # shared module: the decoder weight is tied
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        h = self.norm(self.act(self.dense(hidden)))  # (..., H)
+        return F.linear(h, self.word_embeddings.weight, self.bias)  # (..., V)
+
+
+def gather_positions(hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """hidden (B, T, H), positions (B, P) -> (B, P, H): only the masked tokens reach the
+    vocabulary projection, as in Google's `gather_indexes` (the V-wide matmul dominates small BERTs)."""
+    index = positions.long().unsqueeze(-1).expand(-1, -1, hidden.size(-1))  # (B, P, H)
+    return hidden.gather(1, index)  # (B, P, H)
+
+
+def mlm_loss(logits, masked_lm_ids, masked_lm_weights=None, labels=None) -> torch.Tensor:
+    """Google's weighted mean over masked positions, or HF's mean over labels != -100."""
+    V = logits.size(-1)
+    if labels is not None:
+        return F.cross_entropy(logits.reshape(-1, V).float(), labels.reshape(-1), ignore_index=-100)
+    per_token = F.cross_entropy(logits.reshape(-1, V).float(), masked_lm_ids.reshape(-1).long(),
+                                reduction="none")  # (B*P,)
+    if masked_lm_weights is None:
+        return per_token.mean()
+    w = masked_lm_weights.reshape(-1).to(per_token.dtype)
+    return (per_token * w).sum() / (w.sum() + 1e-5)
+
+
+class BertForPreTraining(PretrainedMixin, nn.Module):
+    """MLM + NSP, the paper's pre-training objective; loss = MLM CE + NSP CE.
+
+    Takes Google's feature names. With `masked_lm_positions` the vocabulary logits are computed
+    only there; without them at every position (HF's `prediction_logits`)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.mlm = MLMHead(config, self.bert.embeddings.word_embeddings)
+        self.nsp = nn.Linear(config.hidden_size, 2)
+        init_head(self, (self.mlm.dense, self.mlm.norm, self.nsp))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        masked_lm_positions: torch.Tensor | None = None,
+        masked_lm_ids: torch.Tensor | None = None,
+        masked_lm_weights: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        causal: bool = False,
+    ) -> PreTrainingOutput:
+        out = self.bert(input_ids, token_type_ids, attention_mask, position_ids, causal=causal)
+        hidden = out.last_hidden_state  # (B, T, H)
+        if masked_lm_positions is not None:
+            hidden = gather_positions(hidden, masked_lm_positions)  # (B, P, H)
+        mlm_logits = self.mlm(hidden)  # (B, P or T, V)
+        nsp_logits = self.nsp(out.pooler_output)  # (B, 2)
+        m_loss = n_loss = None
+        if masked_lm_ids is not None or labels is not None:
+            m_loss = mlm_loss(mlm_logits, masked_lm_ids, masked_lm_weights, labels)
+        if next_sentence_label is not None:
+            n_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1).long())
+        losses = [x for x in (m_loss, n_loss) if x is not None]
+        loss = sum(losses) if losses else None
+        return PreTrainingOutput(loss, mlm_logits, nsp_logits, m_loss, n_loss)
+
+
+class BertForMaskedLM(PretrainedMixin, nn.Module):
+    """MLM only (no pooler, as HF's). `labels` (B,T) with -100 on unscored tokens, or Google's
+    sparse `masked_lm_positions` / `masked_lm_ids` / `masked_lm_weights`."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.mlm = MLMHead(config, self.bert.embeddings.word_embeddings)
+        init_head(self, (self.mlm.dense, self.mlm.norm))
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
+                masked_lm_positions=None, masked_lm_ids=None, masked_lm_weights=None,
+                position_ids=None, causal: bool = False) -> HeadOutput:
+        hidden = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
+                           causal=causal).last_hidden_state  # (B, T, H)
+        if masked_lm_positions is not None:
+            hidden = gather_positions(hidden, masked_lm_positions)  # (B, P, H)
+        logits = self.mlm(hidden)  # (B, P or T, V)
+        loss = None
+        if labels is not None or masked_lm_ids is not None:
+            loss = mlm_loss(logits, masked_lm_ids, masked_lm_weights, labels)
+        return HeadOutput(loss, logits)
+
+
+class BertForSequenceClassification(PretrainedMixin, nn.Module):
+    """Pooled [CLS] -> dropout -> linear (L = config.num_labels). L = 1 is regression (MSE),
+    e.g. STS-B; otherwise cross-entropy."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        init_head(self, (self.classifier,))
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
+                position_ids=None) -> HeadOutput:
+        pooled = self.bert(input_ids, token_type_ids, attention_mask, position_ids).pooler_output
+        logits = self.classifier(self.dropout(pooled))  # (B, L)
+        loss = None
+        if labels is not None:
+            if self.config.num_labels == 1:
+                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                loss = F.cross_entropy(logits.float(), labels.long())
+        return HeadOutput(loss, logits)
+
+
+class BertForTokenClassification(PretrainedMixin, nn.Module):
+    """Per-token tags (no pooler, as HF's); labels -100 are ignored (e.g. non-first WordPieces)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        init_head(self, (self.classifier,))
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
+                position_ids=None) -> HeadOutput:
+        hidden = self.bert(input_ids, token_type_ids, attention_mask, position_ids).last_hidden_state
+        logits = self.classifier(self.dropout(hidden))  # (B, T, L)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
+                                   labels.reshape(-1).long(), ignore_index=-100)
+        return HeadOutput(loss, logits)
+
+
+class BertForQuestionAnswering(PretrainedMixin, nn.Module):
+    """Span extraction: start/end logits per token; loss = mean of the two cross-entropies.
+    Positions outside the window are clamped to T and ignored, as HF does."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        init_head(self, (self.qa_outputs,))
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, start_positions=None,
+                end_positions=None, position_ids=None) -> SpanOutput:
+        hidden = self.bert(input_ids, token_type_ids, attention_mask, position_ids).last_hidden_state
+        logits = self.qa_outputs(hidden)  # (B, T, 2)
+        start, end = logits.float().unbind(-1)  # 2 x (B, T)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            T = start.size(1)
+            s = start_positions.reshape(-1).long().clamp(0, T)
+            e = end_positions.reshape(-1).long().clamp(0, T)
+            loss = (F.cross_entropy(start, s, ignore_index=T)
+                    + F.cross_entropy(end, e, ignore_index=T)) / 2
+        return SpanOutput(loss, start.contiguous(), end.contiguous())
+
+
+class BertForMultipleChoice(PretrainedMixin, nn.Module):
+    """Input (B, K, T): each choice encoded on its own, one score from its pooled output,
+    softmax over the K choices (SWAG)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        init_head(self, (self.classifier,))
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
+                position_ids=None) -> HeadOutput:
+        if input_ids.dim() != 3:
+            raise ValueError(f"multiple choice input_ids must be (batch, choices, tokens), "
+                             f"got {tuple(input_ids.shape)}")
+        B, K, T = input_ids.shape
+
+        def flat(t):
+            return None if t is None else t.reshape(B * K, -1)  # (B*K, T)
+
+        pooled = self.bert(flat(input_ids), flat(token_type_ids), flat(attention_mask),
+                           flat(position_ids)).pooler_output  # (B*K, H)
+        logits = self.classifier(self.dropout(pooled)).view(B, K)  # (B, K)
+        loss = F.cross_entropy(logits.float(), labels.long()) if labels is not None else None
+        return HeadOutput(loss, logits)
+
+
+def classifier_dropout(config: BertConfig) -> float:
+    if config.classifier_dropout is not None:
+        return config.classifier_dropout
+    return config.hidden_dropout_prob
+
+
+def init_head(model: nn.Module, modules) -> None:
+    for m in modules:
+        m.apply(lambda x: init_weights(x, model.config.initializer_range))
+
+
+HEAD_CLASSES = {
+    cls.__name__: cls
+    for cls in (BertForPreTraining, BertForMaskedLM, BertForSequenceClassification,
+                BertForTokenClassification, BertForQuestionAnswering, BertForMultipleChoice)
+}

@@ -1,0 +1,155 @@
+"""Every head class equals its transformers counterpart with identical weights (fp32, eval), and
+the round trip through save_pretrained works both ways."""
+
+import pytest
+import torch
+import transformers
+
+from bertkit import heads
+from bertkit.config import BertConfig
+from tests.helpers import real_sentences
+
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def enc(minilm_path, shared_data):
+    tok = transformers.BertTokenizerFast.from_pretrained(minilm_path)
+    texts = real_sentences(shared_data, 4)
+    return dict(tok(texts[:2], texts[2:], padding=True, return_tensors="pt"))
+
+
+def hf_then_ours(minilm_path, tmp_path, hf_cls, ours_cls, **hf_kwargs):
+    """A transformers head model on MiniLM (its head seeded), saved, then loaded by bertkit."""
+    torch.manual_seed(0)
+    ref = hf_cls.from_pretrained(minilm_path, **hf_kwargs).eval()
+    ref.save_pretrained(tmp_path / "hf")
+    ours = ours_cls.from_pretrained(tmp_path / "hf")
+    return ref, ours
+
+
+def close(a, b):
+    return (a - b).abs().max().item() < TOL
+
+
+def test_pretraining_head(minilm_path, tmp_path, enc):
+    ref, ours = hf_then_ours(minilm_path, tmp_path, transformers.BertForPreTraining,
+                             heads.BertForPreTraining)
+    labels = enc["input_ids"].clone()
+    labels[:, ::2] = -100
+    nsp = torch.tensor([0, 1])
+    with torch.no_grad():
+        a = ours(**enc, labels=labels, next_sentence_label=nsp)
+        b = ref(**enc, labels=labels, next_sentence_label=nsp)
+    assert close(a.mlm_logits, b.prediction_logits)
+    assert close(a.nsp_logits, b.seq_relationship_logits)
+    assert close(a.loss, b.loss)
+
+
+def test_sparse_mlm_equals_dense_at_the_positions(minilm_path, tmp_path, enc):
+    _, ours = hf_then_ours(minilm_path, tmp_path, transformers.BertForPreTraining,
+                           heads.BertForPreTraining)
+    positions = torch.tensor([[1, 3, 5], [2, 4, 0]])
+    ids = torch.gather(enc["input_ids"], 1, positions)
+    weights = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])  # last slot is padding
+    with torch.no_grad():
+        dense = ours(**enc).mlm_logits
+        sparse = ours(**enc, masked_lm_positions=positions, masked_lm_ids=ids,
+                      masked_lm_weights=weights)
+    assert sparse.mlm_logits.shape == (2, 3, 30522)
+    gathered = dense[torch.arange(2)[:, None], positions]
+    assert close(sparse.mlm_logits, gathered)
+    # Google's loss: weighted mean over the real masked positions only
+    ce = torch.nn.functional.cross_entropy(gathered.reshape(-1, 30522), ids.reshape(-1),
+                                           reduction="none")
+    expected = (ce * weights.reshape(-1)).sum() / weights.sum()
+    assert abs(sparse.mlm_loss.item() - expected.item()) < 1e-4
+    assert sparse.nsp_loss is None and torch.equal(sparse.loss, sparse.mlm_loss)
+
+
+def test_masked_lm_head(minilm_path, tmp_path, enc):
+    ref, ours = hf_then_ours(minilm_path, tmp_path, transformers.BertForMaskedLM,
+                             heads.BertForMaskedLM)
+    labels = torch.where(enc["attention_mask"].bool(), enc["input_ids"], -100)
+    with torch.no_grad():
+        a, b = ours(**enc, labels=labels), ref(**enc, labels=labels)
+    assert close(a.logits, b.logits) and close(a.loss, b.loss)
+
+
+@pytest.mark.parametrize("num_labels", [3, 1])
+def test_sequence_classification_head(minilm_path, tmp_path, enc, num_labels):
+    ref, ours = hf_then_ours(minilm_path, tmp_path, transformers.BertForSequenceClassification,
+                             heads.BertForSequenceClassification, num_labels=num_labels)
+    labels = torch.tensor([0.3, 4.1]) if num_labels == 1 else torch.tensor([2, 0])
+    with torch.no_grad():
+        a, b = ours(**enc, labels=labels), ref(**enc, labels=labels)
+    assert a.logits.shape == (2, num_labels)
+    assert close(a.logits, b.logits) and close(a.loss, b.loss)
+
+
+def test_token_classification_head(minilm_path, tmp_path, enc):
+    ref, ours = hf_then_ours(minilm_path, tmp_path, transformers.BertForTokenClassification,
+                             heads.BertForTokenClassification, num_labels=9)
+    labels = torch.randint(0, 9, enc["input_ids"].shape)
+    labels[:, 1::2] = -100
+    with torch.no_grad():
+        a, b = ours(**enc, labels=labels), ref(**enc, labels=labels)
+    assert a.logits.shape == enc["input_ids"].shape + (9,)
+    assert close(a.logits, b.logits) and close(a.loss, b.loss)
+
+
+def test_question_answering_head(minilm_path, tmp_path, enc):
+    ref, ours = hf_then_ours(minilm_path, tmp_path, transformers.BertForQuestionAnswering,
+                             heads.BertForQuestionAnswering)
+    start, end = torch.tensor([3, 500]), torch.tensor([5, 600])  # 2nd is outside: ignored
+    with torch.no_grad():
+        a = ours(**enc, start_positions=start, end_positions=end)
+        b = ref(**enc, start_positions=start, end_positions=end)
+    assert close(a.start_logits, b.start_logits) and close(a.end_logits, b.end_logits)
+    assert close(a.loss, b.loss)
+
+
+def test_multiple_choice_head(minilm_path, tmp_path, enc):
+    ref, ours = hf_then_ours(minilm_path, tmp_path, transformers.BertForMultipleChoice,
+                             heads.BertForMultipleChoice)
+    choices = {k: v.unsqueeze(0).expand(3, -1, -1).contiguous() for k, v in enc.items()}  # (3, 2, T)
+    labels = torch.tensor([1, 0, 1])
+    with torch.no_grad():
+        a, b = ours(**choices, labels=labels), ref(**choices, labels=labels)
+    assert a.logits.shape == (3, 2)
+    assert close(a.logits, b.logits) and close(a.loss, b.loss)
+    with pytest.raises(ValueError, match="choices"):
+        ours(**enc)
+
+
+def test_round_trip_ours_to_transformers_and_back(tmp_path, enc):
+    torch.manual_seed(1)
+    config = BertConfig.preset("tiny", hidden_dropout_prob=0.0)
+    ours = heads.BertForPreTraining(config).eval()
+    with torch.no_grad():  # make the MLM bias non-trivial so a lost bias would show
+        ours.mlm.bias.normal_()
+    ours.save_pretrained(tmp_path / "ours")
+    ref, info = transformers.BertForPreTraining.from_pretrained(tmp_path / "ours",
+                                                                output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    ref.eval()
+    with torch.no_grad():
+        a, b = ours(**enc), ref(**enc)
+    assert close(a.mlm_logits, b.prediction_logits) and close(a.nsp_logits, b.seq_relationship_logits)
+    ref.save_pretrained(tmp_path / "back")
+    again = heads.BertForPreTraining.from_pretrained(tmp_path / "back")
+    with torch.no_grad():
+        c = again(**enc)
+    assert torch.equal(c.mlm_logits, a.mlm_logits) and torch.equal(c.nsp_logits, a.nsp_logits)
+
+
+@pytest.mark.parametrize("cls", sorted(heads.HEAD_CLASSES))
+def test_every_head_saves_and_loads_identically(tmp_path, cls):
+    torch.manual_seed(0)
+    model = heads.HEAD_CLASSES[cls](BertConfig.preset("tiny", vocab_size=50)).eval()
+    model.save_pretrained(tmp_path)
+    again = heads.HEAD_CLASSES[cls].from_pretrained(tmp_path)
+    for (name, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), name
+    if hasattr(again, "mlm"):  # the decoder stays tied to the word embeddings
+        assert again.mlm.word_embeddings.weight is again.bert.embeddings.word_embeddings.weight
