@@ -1,0 +1,617 @@
+"""`BertTokenizer`: BERT's WordPiece tokenizer, used everywhere in bertkit.
+
+Basic tokenization (see :mod:`bertkit.tokenization.basic`), then greedy longest-match-first
+WordPiece: each word is cut into the longest vocabulary piece from its start, then the longest
+``##``-prefixed piece from there, and so on; a word that cannot be cut all the way becomes one
+``[UNK]``. The `tokenizers` library (Rust) does the work; this module adds BERT's input layout,
+Google's pair truncation, padding and (de)serialization.
+
+Input layout, as in the paper (Devlin et al., 2019, figure 2)::
+
+    [CLS] my dog is cute [SEP] he likes play ##ing [SEP]
+      0    0   0   0   0    0   1    1     1    1     1     <- token_type_ids (segment A / B)
+
+Ids and segment ids match ``transformers``' slow, pure-Python BERT tokenizer (``BertTokenizer``
+before transformers 5, ``BertTokenizerLegacy`` since; it reproduces Google's algorithm), and
+offsets match HF's fast one. Intentional differences:
+
+* ``max_input_chars_per_word`` defaults to 100 (HF); Google's original uses 200. Longer words
+  become ``[UNK]``. It is a constructor argument.
+* Literal special-token strings in the text (``"[MASK]"``, ``"[SEP]"``) stay whole and get their
+  special id, as in HF (so ``fill-mask`` can read a typed ``[MASK]``); Google's original splits
+  them into ``[``, ``mask``, ``]``. Pass ``split_special_tokens=True`` (HF's option of the same
+  name) for Google's behaviour, e.g. so raw corpora cannot inject control tokens.
+* Without special tokens, a pair still gets segment ids 0 then 1 (HF's slow tokenizer gives 0s).
+* Decoding an id outside the vocabulary raises instead of yielding ``[UNK]``.
+* :meth:`BertTokenizer.fingerprint` covers every setting that changes ids, not just the vocab.
+* The basic-tokenization differences listed in :mod:`bertkit.tokenization.basic`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, overload
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+
+from bertkit.errors import BertkitError
+from bertkit.io_utils import atomic_write_text
+from bertkit.tokenization.basic import build_normalizer, build_pre_tokenizer
+
+UNK, CLS, SEP, PAD, MASK = "[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+_SPECIAL_NAMES = ("pad", "unk", "cls", "sep", "mask")  # HF's tokenizer_config keys: pad_token ...
+REQUIRED_TOKENS = (UNK, CLS, SEP)
+DEFAULT_MAX_CHARS_PER_WORD = 100
+# HF writes int(1e30) as model_max_length to mean "no limit known".
+_NO_LIMIT_SENTINEL = 10**9
+
+Padding = bool | Literal["longest", "max_length"]
+TensorKind = Literal["pt", "np"] | None
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """One encoded text or pair, in model-input order (specials included when asked for).
+
+    `offsets` are ``(start, end)`` character offsets into the original text (into the pair's
+    text for segment B), ``(0, 0)`` for special tokens; `word_ids` index the words of each
+    segment (counting from 0 again in B) and are None for special tokens.
+    """
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+    attention_mask: list[int]
+    special_tokens_mask: list[int]
+    offsets: list[tuple[int, int]]
+    word_ids: list[int | None]
+    tokens: list[str]
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def load_vocab(path: str | os.PathLike) -> dict[str, int]:
+    """Read vocab.txt (one token per line, id = line number from 0), as BERT and HF do."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BertkitError(f"{path}: vocabulary file not found") from None
+    except UnicodeDecodeError as err:
+        raise BertkitError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final newline ends the last token, it does not start an empty one
+    vocab: dict[str, int] = {}
+    for index, token in enumerate(lines):
+        if token in vocab:
+            raise BertkitError(
+                f"{path}: line {index + 1}: token {token!r} repeats line {vocab[token] + 1}"
+            )
+        vocab[token] = index
+    return vocab
+
+
+def _check_vocab(vocab: Mapping[str, int]) -> dict[str, int]:
+    """Ids must be 0..N-1 so vocab.txt (whose line number is the id) can hold them."""
+    if sorted(vocab.values()) != list(range(len(vocab))):
+        raise BertkitError("vocabulary ids must be 0..N-1, each used once")
+    missing = [token for token in REQUIRED_TOKENS if token not in vocab]
+    if missing:
+        raise BertkitError(f"vocabulary lacks required special tokens: {', '.join(missing)}")
+    broken = [token for token in vocab if "\n" in token or "\r" in token]
+    if broken:
+        raise BertkitError(f"vocabulary token {broken[0]!r} contains a line break")
+    return dict(vocab)
+
+
+def truncated_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
+    """Lengths of A and B after Google's ``_truncate_seq_pair`` fits them into `budget` tokens.
+
+    Google removes one token at a time from the end of the longer sequence, from B on ties.
+    In closed form: the longer one shrinks to the other's length, then both shrink in turn,
+    B first, so when an odd number is left to remove B loses the extra token.
+    """
+    excess = len_a + len_b - budget
+    if excess <= 0:
+        return len_a, len_b
+    gap = min(abs(len_a - len_b), excess)
+    if len_a > len_b:
+        len_a -= gap
+    else:
+        len_b -= gap
+    excess -= gap
+    return len_a - excess // 2, len_b - (excess - excess // 2)
+
+
+def _build_engine(
+    vocab: dict[str, int], do_lower_case: bool, max_chars: int, split_special_tokens: bool
+) -> Tokenizer:
+    """The Rust pipeline; the post-processor and decoder only matter for the saved tokenizer.json
+    (our own encode assembles [CLS]/[SEP] itself to truncate pairs exactly as Google does)."""
+    engine = Tokenizer(models.WordPiece(vocab, unk_token=UNK, max_input_chars_per_word=max_chars))
+    engine.normalizer = build_normalizer(do_lower_case)
+    engine.pre_tokenizer = build_pre_tokenizer()
+    engine.post_processor = processors.TemplateProcessing(
+        single=f"{CLS} $A {SEP}",
+        pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
+        special_tokens=[(CLS, vocab[CLS]), (SEP, vocab[SEP])],
+    )
+    engine.decoder = decoders.WordPiece(prefix="##")
+    if not split_special_tokens:
+        present = [token for token in SPECIAL_TOKENS if token in vocab]
+        engine.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in present])
+    return engine
+
+
+class BertTokenizer:
+    """WordPiece tokenizer with BERT's conventions (see the module docstring).
+
+    `vocab` is a token -> id mapping (ids 0..N-1) or the path of a vocab.txt. `model_max_length`
+    (tokens, specials included) is the default truncation length when `max_length` is not given.
+    """
+
+    def __init__(
+        self,
+        vocab: Mapping[str, int] | str | os.PathLike,
+        do_lower_case: bool = True,
+        max_input_chars_per_word: int = DEFAULT_MAX_CHARS_PER_WORD,
+        model_max_length: int | None = None,
+        split_special_tokens: bool = False,
+    ) -> None:
+        if not isinstance(vocab, Mapping):
+            vocab = load_vocab(vocab)
+        if max_input_chars_per_word < 1:
+            raise BertkitError(f"max_input_chars_per_word must be >= 1, got {max_input_chars_per_word}")
+        if model_max_length is not None and model_max_length < 2:
+            raise BertkitError(f"model_max_length must be >= 2, got {model_max_length}")
+        self._vocab = _check_vocab(vocab)
+        self._id_to_token = {index: token for token, index in self._vocab.items()}
+        self._do_lower_case = bool(do_lower_case)
+        self._split_special_tokens = bool(split_special_tokens)
+        self._max_chars = max_input_chars_per_word
+        self._model_max_length = model_max_length
+        self._special_ids = frozenset(self._vocab[t] for t in SPECIAL_TOKENS if t in self._vocab)
+        self._engine = _build_engine(
+            self._vocab, self._do_lower_case, max_input_chars_per_word, self._split_special_tokens
+        )
+
+    # ---- loading and saving -------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike, **overrides: Any) -> BertTokenizer:
+        """Load vocab.txt and (if present) tokenizer_config.json from an HF-layout directory;
+        keyword arguments (those of the constructor) override the file's settings."""
+        directory = Path(directory)
+        vocab_path = directory / "vocab.txt"
+        if not vocab_path.is_file():
+            raise BertkitError(f"{directory}: no vocab.txt (a WordPiece vocabulary, one token a line)")
+        config = _read_tokenizer_config(directory / "tokenizer_config.json")
+        settings = {
+            "do_lower_case": config.get("do_lower_case", True),
+            "max_input_chars_per_word": config.get(
+                "max_input_chars_per_word", DEFAULT_MAX_CHARS_PER_WORD
+            ),
+            "model_max_length": _known_max_length(config.get("model_max_length")),
+            "split_special_tokens": config.get("split_special_tokens", False),
+        }
+        return cls(load_vocab(vocab_path), **{**settings, **overrides})
+
+    def save_pretrained(self, directory: str | os.PathLike) -> list[Path]:
+        """Write vocab.txt, tokenizer_config.json and tokenizer.json, each atomically."""
+        directory = Path(directory)
+        config: dict[str, Any] = {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": self._do_lower_case,
+            "max_input_chars_per_word": self.max_input_chars_per_word,
+            "split_special_tokens": self._split_special_tokens,
+            **{f"{name}_token": token for name, token in zip(_SPECIAL_NAMES, SPECIAL_TOKENS)},
+        }
+        if self.model_max_length is not None:
+            config["model_max_length"] = self.model_max_length
+        files = {
+            "vocab.txt": "".join(f"{token}\n" for token in self._tokens_in_id_order()),
+            "tokenizer_config.json": json.dumps(config, indent=2, ensure_ascii=False) + "\n",
+            "tokenizer.json": self._engine.to_str(pretty=True),
+        }
+        for name, text in files.items():
+            atomic_write_text(directory / name, text)
+        return [directory / name for name in files]
+
+    def fingerprint(self) -> str:
+        """sha256 of the vocabulary and every setting that changes ids; data shards record it
+        so a shard made with another tokenizer is refused instead of silently misread."""
+        settings = (
+            f"do_lower_case={self._do_lower_case}\n"
+            f"max_input_chars_per_word={self.max_input_chars_per_word}\n"
+            f"split_special_tokens={self._split_special_tokens}\n"
+        )
+        digest = hashlib.sha256(settings.encode("utf-8"))
+        for token in self._tokens_in_id_order():
+            digest.update(token.encode("utf-8") + b"\n")
+        return digest.hexdigest()
+
+    # ---- vocabulary -----------------------------------------------------------------------
+
+    @property
+    def vocab(self) -> Mapping[str, int]:
+        return MappingProxyType(self._vocab)
+
+    @property
+    def ids_to_tokens(self) -> Mapping[int, str]:
+        return MappingProxyType(self._id_to_token)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._vocab)
+
+    def __len__(self) -> int:
+        return len(self._vocab)
+
+    @property
+    def do_lower_case(self) -> bool:
+        return self._do_lower_case
+
+    @property
+    def max_input_chars_per_word(self) -> int:
+        return self._max_chars
+
+    @property
+    def model_max_length(self) -> int | None:
+        """Default truncation length (tokens, specials included); None when unknown."""
+        return self._model_max_length
+
+    @property
+    def split_special_tokens(self) -> bool:
+        return self._split_special_tokens
+
+    @property
+    def pad_token_id(self) -> int:
+        return self._special_id(PAD)
+
+    @property
+    def unk_token_id(self) -> int:
+        return self._special_id(UNK)
+
+    @property
+    def cls_token_id(self) -> int:
+        return self._special_id(CLS)
+
+    @property
+    def sep_token_id(self) -> int:
+        return self._special_id(SEP)
+
+    @property
+    def mask_token_id(self) -> int:
+        return self._special_id(MASK)
+
+    @property
+    def special_token_ids(self) -> frozenset[int]:
+        """Ids of [PAD] [UNK] [CLS] [SEP] [MASK] (those in the vocabulary)."""
+        return self._special_ids
+
+    @overload
+    def convert_tokens_to_ids(self, tokens: str) -> int: ...
+    @overload
+    def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]: ...
+    def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | list[int]:
+        """Ids of `tokens`; tokens outside the vocabulary map to [UNK] (as in HF)."""
+        unk = self._vocab[UNK]
+        if isinstance(tokens, str):
+            return self._vocab.get(tokens, unk)
+        return [self._vocab.get(token, unk) for token in tokens]
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        """Tokens of `ids` (ints, or anything `int()` accepts: numpy/torch scalars)."""
+        try:
+            return [self._id_to_token[int(index)] for index in ids]
+        except KeyError as err:
+            raise BertkitError(
+                f"token id {err.args[0]} is outside the vocabulary (size {len(self._vocab)})"
+            ) from None
+
+    # ---- encoding -------------------------------------------------------------------------
+
+    def tokenize(self, text: str) -> list[str]:
+        """WordPiece tokens of `text`, without special tokens."""
+        _check_text(text, "text")
+        return self._engine.encode(text, add_special_tokens=False).tokens
+
+    def encode(
+        self,
+        text: str,
+        pair: str | None = None,
+        *,
+        max_length: int | None = None,
+        truncation: bool = True,
+        add_special_tokens: bool = True,
+    ) -> Encoding:
+        """Encode `text` (segment A) and optionally `pair` (segment B) for the model.
+
+        With `truncation`, the result has at most `max_length` tokens (default:
+        `model_max_length`; no limit when both are None), special tokens included; a pair is cut
+        longest-first like Google's ``_truncate_seq_pair``.
+        """
+        _check_text(text, "text")
+        if pair is not None:
+            _check_text(pair, "pair")
+        first = self._engine.encode(text, add_special_tokens=False)
+        second = None if pair is None else self._engine.encode(pair, add_special_tokens=False)
+        limit = self._limit(max_length, truncation)
+        return self._assemble(first, second, limit, add_special_tokens)
+
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str] | None = None,
+        *,
+        max_length: int | None = None,
+        truncation: bool = True,
+        add_special_tokens: bool = True,
+    ) -> list[Encoding]:
+        """:meth:`encode` for many texts at once; `tokenizers` spreads the work over threads."""
+        texts = _check_texts(texts, "texts")
+        if pairs is not None:
+            pairs = _check_texts(pairs, "pairs")
+            if len(pairs) != len(texts):
+                raise BertkitError(f"got {len(texts)} texts but {len(pairs)} pairs")
+        firsts = self._engine.encode_batch(texts, add_special_tokens=False)
+        seconds: list[Any] = [None] * len(texts)
+        if pairs is not None:
+            seconds = self._engine.encode_batch(pairs, add_special_tokens=False)
+        limit = self._limit(max_length, truncation)
+        return [self._assemble(a, b, limit, add_special_tokens) for a, b in zip(firsts, seconds)]
+
+    def batch_encode(
+        self,
+        texts: str | Sequence[str],
+        pairs: str | Sequence[str] | None = None,
+        *,
+        padding: Padding = True,
+        max_length: int | None = None,
+        truncation: bool = True,
+        add_special_tokens: bool = True,
+        return_tensors: TensorKind = None,
+        return_offsets: bool = False,
+    ) -> dict[str, Any]:
+        """Encode and pad a batch into ``input_ids``, ``token_type_ids``, ``attention_mask``.
+
+        `padding`: True/"longest" pads to the longest sequence, "max_length" to `max_length`
+        (or `model_max_length`), False not at all. Pads get [PAD], segment 0 and attention 0.
+        `return_tensors`: None (lists), "pt" (torch.long) or "np" (int64), shape (B, T).
+        `return_offsets` adds ``offsets`` (B, T, 2), ``special_tokens_mask`` (1 at specials
+        and pads) and ``word_ids`` (None, or -1 in tensors, at specials and pads).
+        A single string (with a single string pair) gives one unbatched row when
+        `return_tensors` is None, as in HF, and a batch of one otherwise.
+        """
+        single = isinstance(texts, str)
+        if pairs is not None and isinstance(pairs, str) != single:
+            raise BertkitError("texts and pairs must both be strings or both be lists")
+        batch_texts = [texts] if single else texts
+        batch_pairs = [pairs] if single and pairs is not None else pairs
+        encodings = self.encode_batch(
+            batch_texts,  # type: ignore[arg-type]
+            batch_pairs,  # type: ignore[arg-type]
+            max_length=max_length,
+            truncation=truncation,
+            add_special_tokens=add_special_tokens,
+        )
+        length = self._padding_length(encodings, padding, max_length)
+        # [PAD] is looked up only when needed: a vocabulary without it can still encode batches
+        # of equal length (Google's test vocabulary has none)
+        needs_pad = length is not None and any(len(e) < length for e in encodings)
+        pad_id = self.pad_token_id if needs_pad else 0
+        rows = _pad_rows(encodings, length, pad_id, return_offsets)
+        if return_tensors is not None:
+            return _to_tensors(rows, return_tensors)
+        return {key: value[0] for key, value in rows.items()} if single else rows
+
+    __call__ = batch_encode
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        """Text of `ids`: pieces joined with spaces, ``##`` continuations glued to their word,
+        then HF's clean-up of spaces before punctuation and contractions (``do n't`` -> ``don't``).
+        `skip_special_tokens` drops all of :attr:`special_token_ids`, [UNK] included (as HF).
+        Lower-casing, accents and the original spacing are not recovered."""
+        ids = [int(index) for index in ids]
+        if skip_special_tokens:
+            ids = [index for index in ids if index not in self._special_ids]
+        text = " ".join(self.convert_ids_to_tokens(ids)).replace(" ##", "").strip()
+        return _clean_up_spaces(text)
+
+    # ---- helpers --------------------------------------------------------------------------
+
+    def _special_id(self, token: str) -> int:
+        if token not in self._vocab:
+            raise BertkitError(f"the vocabulary has no {token} token")
+        return self._vocab[token]
+
+    def _tokens_in_id_order(self) -> list[str]:
+        return [self._id_to_token[index] for index in range(len(self._id_to_token))]
+
+    def _limit(self, max_length: int | None, truncation: bool) -> int | None:
+        if not truncation:
+            return None
+        return max_length if max_length is not None else self.model_max_length
+
+    def _assemble(self, first: Any, second: Any, limit: int | None, specials: bool) -> Encoding:
+        """[CLS] A [SEP] (B [SEP]) from two special-token-free `tokenizers` encodings."""
+        n_special = (2 if second is None else 3) if specials else 0
+        n_first = len(first.ids)
+        n_second = 0 if second is None else len(second.ids)
+        if limit is not None:
+            if limit < n_special:
+                raise BertkitError(
+                    f"max_length={limit} leaves no room for the {n_special} special tokens"
+                )
+            n_first, n_second = truncated_lengths(n_first, n_second, limit - n_special)
+        parts = [self._special_part(CLS, 0)] if specials else []
+        for type_id, (segment, n) in enumerate([(first, n_first), (second, n_second)]):
+            if segment is None:
+                continue
+            parts.append(_segment_part(segment, n, type_id))
+            if specials:
+                parts.append(self._special_part(SEP, type_id))
+        # parts are rows of the 7 Encoding fields; concatenate them field by field
+        return Encoding(*(list(itertools.chain.from_iterable(f)) for f in zip(*parts, strict=True)))
+
+    def _special_part(self, token: str, type_id: int) -> tuple[list[Any], ...]:
+        return ([self._vocab[token]], [type_id], [1], [1], [(0, 0)], [None], [token])
+
+    def _padding_length(
+        self, encodings: Sequence[Encoding], padding: Padding, max_length: int | None
+    ) -> int | None:
+        """Length to pad every row to (None: no padding)."""
+        longest = max((len(e) for e in encodings), default=0)
+        if padding is True or padding == "longest":
+            return longest
+        if padding is False:
+            return None
+        if padding != "max_length":
+            raise BertkitError(
+                f"padding must be True, False, 'longest' or 'max_length', got {padding!r}"
+            )
+        length = max_length if max_length is not None else self.model_max_length
+        if length is None:
+            raise BertkitError("padding='max_length' needs max_length (no model_max_length known)")
+        if longest > length:
+            raise BertkitError(
+                f"a sequence has {longest} tokens, more than max_length={length}; "
+                "enable truncation or raise max_length"
+            )
+        return length
+
+
+# What a pad position holds in each field.
+_PAD_VALUES: dict[str, Any] = {
+    "token_type_ids": 0,
+    "attention_mask": 0,
+    "special_tokens_mask": 1,
+    "offsets": (0, 0),
+    "word_ids": None,
+}
+
+
+def _segment_part(segment: Any, n: int, type_id: int) -> tuple[list[Any], ...]:
+    """The first `n` tokens of a `tokenizers` encoding as a row of the Encoding fields."""
+    return (
+        segment.ids[:n],
+        [type_id] * n,
+        [1] * n,
+        [0] * n,
+        segment.offsets[:n],
+        segment.word_ids[:n],
+        segment.tokens[:n],
+    )
+
+
+def _pad_rows(
+    encodings: Sequence[Encoding], length: int | None, pad_id: int, return_offsets: bool
+) -> dict[str, list[list[Any]]]:
+    """One list of rows per output key, each row padded on the right to `length`."""
+    keys = ["input_ids", "token_type_ids", "attention_mask"]
+    if return_offsets:
+        keys += ["offsets", "special_tokens_mask", "word_ids"]
+    rows: dict[str, list[list[Any]]] = {}
+    for key in keys:
+        fill = pad_id if key == "input_ids" else _PAD_VALUES[key]
+        rows[key] = [
+            getattr(e, key) + [fill] * ((len(e) if length is None else length) - len(e))
+            for e in encodings
+        ]
+    return rows
+
+
+def _to_tensors(rows: dict[str, list[list[Any]]], kind: str) -> dict[str, Any]:
+    """(B, T) int64 arrays or tensors; word_ids' None becomes -1."""
+    import numpy as np
+
+    if kind not in ("pt", "np"):
+        raise BertkitError(f"return_tensors must be None, 'pt' or 'np', got {kind!r}")
+    lengths = {len(row) for row in rows["input_ids"]}
+    if len(lengths) > 1:
+        raise BertkitError("rows have different lengths; use padding=True to make tensors")
+    width = lengths.pop() if lengths else 0
+    arrays = {}
+    for key, value in rows.items():
+        if key == "word_ids":
+            value = [[-1 if w is None else w for w in row] for row in value]
+        shape = (len(value), width, 2) if key == "offsets" else (len(value), width)
+        arrays[key] = np.asarray(value, dtype=np.int64).reshape(shape)
+    if kind == "np":
+        return arrays
+    import torch
+
+    return {key: torch.from_numpy(array) for key, array in arrays.items()}
+
+
+def _clean_up_spaces(text: str) -> str:
+    """HF's ``clean_up_tokenization``: undo the spaces WordPiece decoding leaves before
+    punctuation and English contractions."""
+    for spaced, joined in _CLEAN_UP:
+        text = text.replace(spaced, joined)
+    return text
+
+
+# HF's clean_up_tokenization pairs, in HF's order.
+_CLEAN_UP = (
+    (" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
+    (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"),
+)  # fmt: skip
+
+
+def _check_text(text: object, name: str) -> None:
+    if not isinstance(text, str):
+        raise BertkitError(f"{name} must be a string, got {type(text).__name__}")
+
+
+def _check_texts(texts: object, name: str) -> list[str]:
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise BertkitError(f"{name} must be a list of strings, got {type(texts).__name__}")
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise BertkitError(f"{name}[{index}] must be a string, got {type(text).__name__}")
+    return list(texts)
+
+
+_CONFIG_TYPES = {"do_lower_case": bool, "split_special_tokens": bool, "max_input_chars_per_word": int}
+
+
+def _read_tokenizer_config(path: Path) -> dict[str, Any]:
+    """tokenizer_config.json as a dict ({} when absent); refuses settings we do not implement
+    rather than silently tokenizing differently from the model's own tokenizer."""
+    if not path.is_file():
+        return {}
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BertkitError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(config, dict):
+        raise BertkitError(f"{path}: expected a JSON object")
+    for key, kind in _CONFIG_TYPES.items():
+        if key in config and not isinstance(config[key], kind):
+            raise BertkitError(f"{path}: {key} must be a {kind.__name__}, got {config[key]!r}")
+    lower = config.get("do_lower_case", True)
+    unsupported = {
+        "strip_accents": config.get("strip_accents") not in (None, lower),
+        "tokenize_chinese_chars": config.get("tokenize_chinese_chars", True) is not True,
+        "do_basic_tokenize": config.get("do_basic_tokenize", True) is not True,
+    }
+    for key, bad in unsupported.items():
+        if bad:
+            raise BertkitError(f"{path}: {key}={config[key]!r} is not supported by bertkit")
+    return config
+
+
+def _known_max_length(value: object) -> int | None:
+    if isinstance(value, int) and 2 <= value < _NO_LIMIT_SENTINEL:
+        return value
+    return None
