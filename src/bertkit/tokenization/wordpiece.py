@@ -370,6 +370,12 @@ class BertTokenizer:
         limit = self._limit(max_length, truncation)
         return [self._assemble(a, b, limit, add_special_tokens) for a, b in zip(firsts, seconds)]
 
+    def ids_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """WordPiece ids of each text, without special tokens or truncation: the fast path for
+        corpora, which need neither offsets nor token strings (half the cost of `encode_batch`)."""
+        texts = _check_texts(texts, "texts")
+        return [e.ids for e in self._engine.encode_batch(texts, add_special_tokens=False)]
+
     def batch_encode(
         self,
         texts: str | Sequence[str],

@@ -1,0 +1,68 @@
+"""`bertkit prepare`: corpus files -> sharded, masked pre-training instances."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from bertkit.data.chunks import ChunkConfig
+from bertkit.data.corpus import FORMATS
+from bertkit.data.instances import OBJECTIVES, InstanceConfig
+from bertkit.data.prepare import PrepareConfig, prepare
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "prepare",
+        help="build pre-training data (NSP/SOP pairs, MLM masks) in shards",
+        description="Read a corpus, build BERT pre-training instances as Google's "
+        "create_pretraining_data.py does, and write them as memory-mappable shards. "
+        "Streams the corpus; the output is byte-identical for any --workers.",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="corpus files")
+    p.add_argument("--tokenizer", required=True, metavar="DIR", help="directory with vocab.txt")
+    p.add_argument("--output", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--format", choices=FORMATS, default="auto", help="corpus format (auto)")
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--objective", choices=OBJECTIVES, default="mlm+nsp")
+    p.add_argument("--dupe-factor", type=int, default=None,
+                   help="passes over the corpus with new pairs and masks (5; 1 if dynamic)")
+    p.add_argument("--short-seq-prob", type=float, default=0.1)
+    p.add_argument("--masked-lm-prob", type=float, default=0.15)
+    p.add_argument("--max-predictions-per-seq", type=int, default=None,
+                   help="cap on masked positions (default ceil(max_seq_length * masked_lm_prob))")
+    p.add_argument("--whole-word-mask", action="store_true", help="mask whole words (Google WWM)")
+    p.add_argument("--dynamic-masking", action="store_true",
+                   help="store unmasked instances; mask at batch time (DynamicMaskingCollate)")
+    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--shard-size", type=int, default=100_000, help="instances per shard")
+    p.add_argument("--chunk-chars", type=int, default=1_000_000,
+                   help="characters per unit of work; random next sentences come from its "
+                   "documents")
+    p.add_argument("--workers", type=int, default=1, help="worker processes")
+    p.add_argument("--resume", action="store_true", help="continue a killed run")
+    p.add_argument("--overwrite", action="store_true", help="replace existing prepared data")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_prepare)
+
+
+def config_from_args(args: argparse.Namespace) -> PrepareConfig:
+    dupe = args.dupe_factor if args.dupe_factor is not None else (
+        1 if args.dynamic_masking else 5)
+    max_pred = args.max_predictions_per_seq
+    if max_pred is None:
+        max_pred = max(1, math.ceil(round(args.max_seq_length * args.masked_lm_prob, 6)))
+    instance = InstanceConfig(args.max_seq_length, args.short_seq_prob, args.objective)
+    chunk = ChunkConfig(instance, dupe, args.masked_lm_prob, max_pred, args.whole_word_mask,
+                        args.dynamic_masking, args.seed)
+    return PrepareConfig(chunk, args.format, args.shard_size, args.chunk_chars)
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    from bertkit.tokenization import BertTokenizer
+
+    config = config_from_args(args)
+    tokenizer = BertTokenizer.from_pretrained(args.tokenizer)
+    prepare(args.files, tokenizer, args.output, config, workers=args.workers,
+            resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
+    return 0

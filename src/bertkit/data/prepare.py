@@ -1,0 +1,276 @@
+"""`bertkit prepare`: corpus files -> masked pre-training instances in shards, streamed.
+
+The main process reads documents and cuts them into chunks (`chunks.chunk_documents`); chunks are
+processed in order by 1..N worker processes (sentence splitting and tokenization dominate) with
+a bounded number in flight, so memory stays at a few chunks whatever the corpus size. The writer
+takes instances in chunk order and cuts fixed-size shards, so the bytes on disk do not depend on
+the number of workers. After each shard, `meta.json` records where the next shard starts
+(chunk, offset): `--resume` skips the finished shards' chunks without processing them and
+re-does the partial shard.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import multiprocessing
+import os
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from bertkit.data import shards as shard_io
+from bertkit.data.chunks import ChunkConfig, ChunkStats, chunk_documents, process_chunk
+from bertkit.data.corpus import CorpusStats, read_corpus
+from bertkit.data.masking import VocabInfo
+from bertkit.data.shards import PackedInstances
+from bertkit.errors import BertkitError
+from bertkit.io_utils import atomic_write_text
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """Every parameter that shapes the output (all of them are recorded in meta.json)."""
+
+    chunk: ChunkConfig
+    format: str = "auto"
+    shard_size: int = 100_000  # instances per shard
+    chunk_chars: int = 1_000_000  # characters of raw text per chunk (>= 2 documents)
+
+    def __post_init__(self) -> None:
+        if self.shard_size < 1 or self.chunk_chars < 1:
+            raise BertkitError("shard_size and chunk_chars must be >= 1")
+        c = self.chunk
+        if c.dupe_factor < 1:
+            raise BertkitError(f"dupe_factor must be >= 1, got {c.dupe_factor}")
+        if not 0.0 < c.masked_lm_prob < 1.0 or c.max_predictions_per_seq < 1:
+            raise BertkitError("masked_lm_prob must be in (0, 1) and max_predictions_per_seq >= 1")
+        if c.seed < 0:
+            raise BertkitError(f"seed must be >= 0, got {c.seed}")
+
+    def params(self) -> dict[str, Any]:
+        c = self.chunk
+        return {
+            **dataclasses.asdict(c.instance),
+            **{k: v for k, v in dataclasses.asdict(c).items() if k != "instance"},
+            "format": self.format, "shard_size": self.shard_size, "chunk_chars": self.chunk_chars,
+        }
+
+
+# Per-process worker state, set once by the pool initializer: shipping the tokenizer with every
+# task would pickle the whole vocabulary per chunk.
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(tokenizer, vocab: VocabInfo, config: ChunkConfig) -> None:
+    _WORKER.update(tokenizer=tokenizer, vocab=vocab, config=config)
+
+
+def _work(index: int, documents) -> tuple[int, PackedInstances, ChunkStats]:
+    w = _WORKER
+    return (index, *process_chunk(index, documents, w["tokenizer"], w["vocab"], w["config"]))
+
+
+def _run_chunks(
+    chunks: Iterator[tuple[int, list]], tokenizer, vocab: VocabInfo, config: ChunkConfig,
+    workers: int,
+) -> Iterator[tuple[int, PackedInstances, ChunkStats]]:
+    """Process chunks in order; with workers > 1 keep at most 2 * workers chunks in flight."""
+    if workers <= 1:
+        for index, docs in chunks:
+            yield (index, *process_chunk(index, docs, tokenizer, vocab, config))
+        return
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(tokenizer, vocab, config)) as pool:
+        pending: deque = deque()
+        for index, docs in chunks:
+            pending.append(pool.apply_async(_work, (index, docs)))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+        pool.close()
+        pool.join()
+
+
+class _ShardWriter:
+    """Cuts the ordered stream of chunk results into fixed-size shards and records, after each
+    shard, the resume cursor: the (chunk, offset) of the first instance not yet written and the
+    statistics of the chunks before that one."""
+
+    def __init__(self, out: Path, meta: dict[str, Any], shard_size: int):
+        self.out, self.meta, self.shard_size = out, meta, shard_size
+        cursor = meta.get("resume") or {"next_chunk": 0, "next_offset": 0, "stats": {}}
+        self.running = ChunkStats(**cursor["stats"])
+        self.last_chunk = cursor["next_chunk"] - 1
+        self.buffer: deque[tuple[int, int, PackedInstances]] = deque()
+        self.buffered = 0
+        self.before: dict[int, ChunkStats] = {}
+
+    def add(self, index: int, packed: PackedInstances, stats: ChunkStats, offset: int) -> None:
+        self.before[index] = dataclasses.replace(self.running)
+        self.running.add(stats)
+        self.last_chunk = index
+        if offset:
+            packed = packed.slice(offset, len(packed))
+        if len(packed):
+            self.buffer.append((index, offset, packed))
+            self.buffered += len(packed)
+        while self.buffered >= self.shard_size:
+            self._flush(self.shard_size)
+
+    def finish(self) -> None:
+        if self.buffered:
+            self._flush(self.buffered)
+
+    def _take(self, n: int) -> PackedInstances:
+        parts = []
+        while n:
+            index, offset, packed = self.buffer[0]
+            take = min(n, len(packed))
+            parts.append(packed.slice(0, take))
+            if take == len(packed):
+                self.buffer.popleft()
+            else:
+                self.buffer[0] = (index, offset + take, packed.slice(take, len(packed)))
+            n -= take
+        self.buffered -= sum(len(p) for p in parts)
+        return PackedInstances.concat(parts)
+
+    def _flush(self, n: int) -> None:
+        shard = self._take(n)
+        name = shard_io.shard_name(len(self.meta["shards"]))
+        shard_io.write_shard(self.out / name, shard)
+        self.meta["shards"].append(
+            {"name": name, "instances": len(shard), "tokens": shard.num_tokens}
+        )
+        if self.buffer:
+            chunk, offset = self.buffer[0][0], self.buffer[0][1]
+        else:
+            chunk, offset = self.last_chunk + 1, 0
+        stats = self.before.get(chunk, self.running)
+        self.before = {k: v for k, v in self.before.items() if k >= chunk}
+        self.meta["resume"] = {"next_chunk": chunk, "next_offset": offset,
+                               "stats": dataclasses.asdict(stats)}
+        write_meta(self.out, self.meta)
+
+
+def write_meta(out: Path, meta: dict[str, Any]) -> None:
+    atomic_write_text(out / shard_io.META_NAME, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+def _is_ours(entry: Path) -> bool:
+    name = entry.name
+    return name == shard_io.META_NAME or name.startswith(("shard-", ".shard-", ".meta.json."))
+
+
+def _fresh_meta(paths: Sequence[str | os.PathLike], tokenizer, config: PrepareConfig) -> dict:
+    return {
+        "format": shard_io.FORMAT_NAME,
+        "version": shard_io.FORMAT_VERSION,
+        "complete": False,
+        "inputs": [str(p) for p in paths],
+        "params": config.params(),
+        "tokenizer": {
+            "fingerprint": tokenizer.fingerprint(),
+            "vocab_size": tokenizer.vocab_size,
+            "do_lower_case": tokenizer.do_lower_case,
+            "pad_token_id": tokenizer.pad_token_id,
+            "cls_token_id": tokenizer.cls_token_id,
+            "sep_token_id": tokenizer.sep_token_id,
+            "mask_token_id": tokenizer.mask_token_id,
+        },
+        "token_dtype": shard_io.token_dtype(tokenizer.vocab_size).name,
+        "shards": [],
+    }
+
+
+def _open_output(out: Path, fresh: dict, resume: bool, overwrite: bool) -> dict:
+    """The meta to continue from: the existing one (--resume) or `fresh`; removes partial shards
+    (a temporary directory, or a shard renamed into place but not yet recorded)."""
+    entries = list(out.iterdir()) if out.is_dir() else []
+    if any(not _is_ours(e) for e in entries) and not (out / shard_io.META_NAME).exists():
+        raise BertkitError(f"{out}: exists and holds other files; choose an empty --output")
+    meta = fresh
+    if (out / shard_io.META_NAME).exists():
+        old = shard_io.read_meta(out)
+        same = all(old.get(k) == fresh[k] for k in ("inputs", "params", "tokenizer"))
+        if resume and not same:
+            raise BertkitError(f"{out}: was prepared from other inputs, parameters or tokenizer; "
+                               "use a new --output (or --overwrite)")
+        if not resume and not overwrite:
+            raise BertkitError(f"{out}: already holds prepared data; pass --resume to finish it "
+                               "or --overwrite to replace it")
+        meta = old if resume else fresh
+    keep = {s["name"] for s in meta["shards"]} | ({shard_io.META_NAME} if meta is not fresh else set())
+    for entry in entries:
+        if _is_ours(entry) and entry.name not in keep:
+            shard_io.remove_tree(entry) if entry.is_dir() else entry.unlink()
+    return meta
+
+
+def prepare(
+    paths: Sequence[str | os.PathLike],
+    tokenizer,
+    output_dir: str | os.PathLike,
+    config: PrepareConfig,
+    workers: int = 1,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Turn corpus files into shards under `output_dir`; returns the final meta.json content.
+
+    The output is byte-identical for any `workers`; `resume` continues a killed run (finished
+    shards are kept, their chunks skipped, the partial shard re-done)."""
+    out = Path(output_dir)
+    meta = _open_output(out, _fresh_meta(paths, tokenizer, config), resume, overwrite)
+    if meta["complete"]:
+        logger.info("%s: already complete (%d instances)", out, meta["num_instances"])
+        return meta
+    start = meta.get("resume", {}).get("next_chunk", 0)
+    skip = meta.get("resume", {}).get("next_offset", 0)
+    corpus_stats = CorpusStats()
+    documents = read_corpus(list(paths), config.format, corpus_stats)
+    chunks = ((i, c) for i, c in enumerate(chunk_documents(documents, config.chunk_chars))
+              if i >= start)
+    writer = _ShardWriter(out, meta, config.shard_size)
+    vocab = VocabInfo.from_tokenizer(tokenizer)
+    t0 = time.perf_counter()
+    with tqdm(unit=" docs", disable=not progress, mininterval=1.0, desc="prepare") as bar:
+        for index, packed, stats in _run_chunks(chunks, tokenizer, vocab, config.chunk, workers):
+            writer.add(index, packed, stats, skip if index == start else 0)
+            bar.update(stats.documents)
+            rate = writer.running.corpus_tokens / max(time.perf_counter() - t0, 1e-9)
+            bar.set_postfix(instances=writer.running.instances, tok_s=f"{rate:,.0f}")
+    writer.finish()
+    if not meta["shards"]:
+        raise BertkitError(
+            f"no instances from {len(paths)} file(s): {corpus_stats.documents} document(s), "
+            f"{writer.running.sentences} sentence(s); the corpus is empty or too small"
+        )
+    return _complete(out, meta, corpus_stats, writer.running, time.perf_counter() - t0)
+
+
+def _complete(out: Path, meta: dict, corpus: CorpusStats, stats: ChunkStats, seconds: float):
+    meta.pop("resume", None)
+    meta["complete"] = True
+    meta["num_instances"] = sum(s["instances"] for s in meta["shards"])
+    meta["stats"] = {"corpus": dataclasses.asdict(corpus), "instances": dataclasses.asdict(stats)}
+    write_meta(out, meta)
+    logger.info("%s: %d instances in %d shard(s) from %d documents, %d tokens (%.1f s)", out,
+                meta["num_instances"], len(meta["shards"]), corpus.documents,
+                stats.corpus_tokens, seconds)
+    if corpus.empty_documents or corpus.invalid_utf8_bytes:
+        logger.info("skipped %d empty document(s); replaced %d invalid UTF-8 byte(s)",
+                    corpus.empty_documents, corpus.invalid_utf8_bytes)
+    return meta

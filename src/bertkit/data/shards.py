@@ -1,0 +1,247 @@
+"""Pre-training instances on disk: fixed-size shards of flat numpy arrays plus `meta.json`.
+
+Layout of an output directory::
+
+    meta.json                 tokenizer fingerprint, every parameter, counts, finished shards
+    shard-00000/              one directory per shard, renamed into place when whole
+        input_ids.npy         (sum of lengths,) uint16 when the vocabulary fits, else int32
+        lengths.npy           (n,) int32 tokens per instance, [CLS] and [SEP]s included
+        b_starts.npy          (n,) int32 index of segment B's first token (= length: no B)
+        masked_lm_positions.npy  (sum of counts,) int32
+        masked_lm_ids.npy     (sum of counts,) the original ids at those positions
+        masked_lm_counts.npy  (n,) int32 predictions per instance (0 under dynamic masking)
+        next_sentence_label.npy  (n,) int8: 0 = IsNext, 1 = NotNext, -1 = no sentence task
+
+Variable-length instances are stored back to back (no padding on disk); `ShardDataset` maps the
+files into memory and slices one instance out in O(1) from prefix sums of the lengths.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch.utils.data
+
+from bertkit.errors import BertkitError
+
+META_NAME = "meta.json"
+FORMAT_NAME = "bertkit-pretraining-shards"
+FORMAT_VERSION = 1
+ARRAY_NAMES = (
+    "input_ids",
+    "lengths",
+    "b_starts",
+    "masked_lm_positions",
+    "masked_lm_ids",
+    "masked_lm_counts",
+    "next_sentence_label",
+)
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 halves the disk and page-cache footprint whenever the ids fit (BERT's 30,522 do)."""
+    return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
+
+
+def shard_name(index: int) -> str:
+    return f"shard-{index:05d}"
+
+
+@dataclass(eq=False)
+class PackedInstances:
+    """Many instances as flat arrays (the on-disk layout of one shard, or a part of one)."""
+
+    input_ids: np.ndarray
+    lengths: np.ndarray
+    b_starts: np.ndarray
+    masked_lm_positions: np.ndarray
+    masked_lm_ids: np.ndarray
+    masked_lm_counts: np.ndarray
+    next_sentence_label: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.lengths.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @classmethod
+    def empty(cls, dtype: np.dtype) -> PackedInstances:
+        i32 = np.zeros(0, dtype=np.int32)
+        return cls(np.zeros(0, dtype), i32, i32, i32, np.zeros(0, dtype), i32,
+                   np.zeros(0, dtype=np.int8))
+
+    @classmethod
+    def concat(cls, parts: Sequence[PackedInstances]) -> PackedInstances:
+        return cls(*(np.concatenate([getattr(p, name) for p in parts]) for name in ARRAY_NAMES))
+
+    def slice(self, start: int, stop: int) -> PackedInstances:
+        """Instances [start, stop) as a new PackedInstances (views where possible)."""
+        tok = np.concatenate([[0], np.cumsum(self.lengths, dtype=np.int64)])
+        msk = np.concatenate([[0], np.cumsum(self.masked_lm_counts, dtype=np.int64)])
+        return PackedInstances(
+            self.input_ids[tok[start]:tok[stop]],
+            self.lengths[start:stop],
+            self.b_starts[start:stop],
+            self.masked_lm_positions[msk[start]:msk[stop]],
+            self.masked_lm_ids[msk[start]:msk[stop]],
+            self.masked_lm_counts[start:stop],
+            self.next_sentence_label[start:stop],
+        )
+
+
+def write_shard(directory: Path, packed: PackedInstances) -> None:
+    """Write one shard directory atomically: fill a temporary sibling, then rename it into place."""
+    directory = Path(directory)
+    tmp = directory.with_name(f".{directory.name}.tmp")
+    remove_tree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        for name in ARRAY_NAMES:
+            with open(tmp / f"{name}.npy", "wb") as f:
+                np.save(f, getattr(packed, name), allow_pickle=False)
+                f.flush()
+                os.fsync(f.fileno())
+        remove_tree(directory)
+        os.replace(tmp, directory)
+    except BaseException:
+        remove_tree(tmp)
+        raise
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a shard directory (flat: files only) if it exists."""
+    path = Path(path)
+    if not path.exists():
+        return
+    for child in path.iterdir():
+        child.unlink()
+    path.rmdir()
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The `meta.json` of a prepared directory, checked to be ours and finished."""
+    meta_path = Path(path) / META_NAME
+    if not meta_path.is_file():
+        raise BertkitError(f"{path}: no {META_NAME}; not a directory made by `bertkit prepare`")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BertkitError(f"{meta_path}: not valid JSON ({err})") from err
+    if meta.get("format") != FORMAT_NAME or meta.get("version") != FORMAT_VERSION:
+        raise BertkitError(f"{meta_path}: expected {FORMAT_NAME} version {FORMAT_VERSION}")
+    return meta
+
+
+def check_vocabulary(
+    meta: dict[str, Any], where: str, fingerprint: str | None, vocab_size: int | None
+) -> None:
+    """Refuse shards tokenized with another vocabulary than the model's."""
+    tok = meta["tokenizer"]
+    if fingerprint is not None and fingerprint != tok["fingerprint"]:
+        raise BertkitError(
+            f"{where}: prepared with tokenizer {tok['fingerprint'][:12]}, but the model uses "
+            f"{fingerprint[:12]}; re-run `bertkit prepare` with the model's tokenizer"
+        )
+    if vocab_size is not None and vocab_size != tok["vocab_size"]:
+        raise BertkitError(
+            f"{where}: prepared with a vocabulary of {tok['vocab_size']} tokens, but the model has "
+            f"vocab_size={vocab_size}; re-run `bertkit prepare` with the model's tokenizer"
+        )
+
+
+class _Shard:
+    """One shard's arrays, memory-mapped, with prefix sums for O(1) slicing."""
+
+    def __init__(self, directory: Path):
+        arrays = {n: np.load(directory / f"{n}.npy", mmap_mode="r") for n in ARRAY_NAMES}
+        self.arrays = arrays
+        self.tok_offsets = np.concatenate([[0], np.cumsum(arrays["lengths"], dtype=np.int64)])
+        self.msk_offsets = np.concatenate(
+            [[0], np.cumsum(arrays["masked_lm_counts"], dtype=np.int64)]
+        )
+
+    def item(self, i: int) -> dict[str, np.ndarray]:
+        a = self.arrays
+        input_ids = np.asarray(a["input_ids"][self.tok_offsets[i]:self.tok_offsets[i + 1]],
+                               dtype=np.int64)
+        m0, m1 = self.msk_offsets[i], self.msk_offsets[i + 1]
+        # Segment ids from B's start: [CLS] A [SEP] -> 0, B [SEP] -> 1 (the paper's figure 2).
+        token_type_ids = (np.arange(input_ids.shape[0]) >= a["b_starts"][i]).astype(np.int64)
+        return {
+            "input_ids": input_ids,
+            "token_type_ids": token_type_ids,
+            "masked_lm_positions": np.asarray(a["masked_lm_positions"][m0:m1], dtype=np.int64),
+            "masked_lm_ids": np.asarray(a["masked_lm_ids"][m0:m1], dtype=np.int64),
+            "masked_lm_weights": np.ones(m1 - m0, dtype=np.float32),
+            "next_sentence_label": np.asarray(a["next_sentence_label"][i], dtype=np.int64),
+        }
+
+
+class ShardDataset(torch.utils.data.Dataset):
+    """Memory-mapped pre-training instances with O(1) random access.
+
+    Items are dicts of numpy arrays under Google's feature names: `input_ids` (L,),
+    `token_type_ids` (L,), `masked_lm_positions` (P,), `masked_lm_ids` (P,),
+    `masked_lm_weights` (P,) float32 ones, `next_sentence_label` () (0 IsNext, 1 NotNext,
+    -1 when the objective has no sentence task). Under dynamic masking P = 0 and `input_ids` is
+    unmasked: batch with `bertkit.data.collate.DynamicMaskingCollate`.
+
+    Pass the model's `tokenizer_fingerprint` and/or `vocab_size` to refuse shards made with another
+    vocabulary. Files are opened lazily, so the dataset pickles cheaply into DataLoader workers.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        tokenizer_fingerprint: str | None = None,
+        vocab_size: int | None = None,
+    ):
+        self.path = Path(path)
+        self.meta = read_meta(self.path)
+        if not self.meta.get("complete"):
+            raise BertkitError(
+                f"{self.path}: `bertkit prepare` did not finish; run it again with --resume"
+            )
+        check_vocabulary(self.meta, str(self.path), tokenizer_fingerprint, vocab_size)
+        self.shard_names = [s["name"] for s in self.meta["shards"]]
+        counts = [int(s["instances"]) for s in self.meta["shards"]]
+        self.cumulative = np.cumsum([0, *counts], dtype=np.int64)
+        self._shards: dict[int, _Shard] = {}
+
+    @property
+    def dynamic_masking(self) -> bool:
+        return bool(self.meta["params"]["dynamic_masking"])
+
+    @property
+    def max_seq_length(self) -> int:
+        return int(self.meta["params"]["max_seq_length"])
+
+    def __len__(self) -> int:
+        return int(self.cumulative[-1])
+
+    def _shard(self, index: int) -> _Shard:
+        if index not in self._shards:
+            self._shards[index] = _Shard(self.path / self.shard_names[index])
+        return self._shards[index]
+
+    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"instance {index} out of range for {n} instances")
+        s = int(np.searchsorted(self.cumulative, index, side="right")) - 1
+        return self._shard(s).item(int(index - self.cumulative[s]))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_shards"] = {}  # memory maps are re-opened in the receiving process
+        return state

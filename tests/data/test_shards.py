@@ -1,0 +1,146 @@
+"""Shards on disk, ShardDataset, collate functions, and the batch BertForPreTraining consumes."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.config import BertConfig
+from bertkit.data.chunks import ChunkConfig
+from bertkit.data.collate import DynamicMaskingCollate, collate_pretraining
+from bertkit.data.instances import InstanceConfig
+from bertkit.data.masking import VocabInfo
+from bertkit.data.prepare import PrepareConfig, prepare
+from bertkit.data.shards import ShardDataset, read_meta
+from bertkit.errors import BertkitError
+from bertkit.heads import BertForPreTraining
+from bertkit.tokenization import BertTokenizer
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WORDS = "the a cat dog sat ran on under mat rug big small red blue it was and then".split()
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> BertTokenizer:
+    return BertTokenizer({t: i for i, t in enumerate(SPECIALS + WORDS + ["."])})
+
+
+def _corpus(path, n_docs=12, seed=0):
+    rng = np.random.default_rng(seed)
+    docs = []
+    for _ in range(n_docs):
+        sentences = [" ".join(rng.choice(WORDS, size=int(rng.integers(3, 15)))) + "."
+                     for _ in range(int(rng.integers(4, 20)))]
+        docs.append("\n".join(sentences))
+    path.write_text("\n\n".join(docs) + "\n")
+    return path
+
+
+def _prepare(tmp_path, tokenizer, name="out", **chunk_kwargs):
+    chunk = ChunkConfig(InstanceConfig(max_seq_length=32), dupe_factor=2, **chunk_kwargs)
+    config = PrepareConfig(chunk, format="google", shard_size=40, chunk_chars=600)
+    out = tmp_path / name
+    prepare([_corpus(tmp_path / "corpus.txt")], tokenizer, out, config, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, tokenizer):
+    return _prepare(tmp_path_factory.mktemp("shards"), tokenizer)
+
+
+def test_dataset_items_follow_googles_features(prepared, tokenizer):
+    ds = ShardDataset(prepared, tokenizer_fingerprint=tokenizer.fingerprint(),
+                      vocab_size=tokenizer.vocab_size)
+    meta = read_meta(prepared)
+    assert len(ds) == meta["num_instances"] == sum(s["instances"] for s in meta["shards"])
+    assert len(meta["shards"]) > 2 and meta["token_dtype"] == "uint16"
+    for i in (0, 39, 40, len(ds) - 1, -1):
+        item = ds[i]
+        ids, types = item["input_ids"], item["token_type_ids"]
+        assert ids.dtype == np.int64 and ids.shape == types.shape and len(ids) <= 32
+        b = int(np.argmax(types))
+        assert ids[0] == 2 and ids[b - 1] == 3 and ids[-1] == 3 and types[:b].sum() == 0
+        assert (types[b:] == 1).all()
+        assert item["masked_lm_positions"].shape == item["masked_lm_ids"].shape
+        assert (item["masked_lm_weights"] == 1).all()
+        assert int(item["next_sentence_label"]) in (0, 1)
+        assert item["masked_lm_ids"].size >= 1
+        assert not np.isin(item["masked_lm_ids"], [0, 1, 2, 3, 4]).any()  # never a special
+    with pytest.raises(IndexError):
+        ds[len(ds)]
+
+
+def test_dataset_pickles_without_open_maps(prepared):
+    ds = ShardDataset(prepared)
+    first = ds[5]
+    clone = pickle.loads(pickle.dumps(ds))
+    np.testing.assert_array_equal(clone[5]["input_ids"], first["input_ids"])
+
+
+def test_other_vocabulary_is_refused(prepared):
+    with pytest.raises(BertkitError, match="tokenizer"):
+        ShardDataset(prepared, tokenizer_fingerprint="0" * 64)
+    with pytest.raises(BertkitError, match="vocab_size=30522"):
+        ShardDataset(prepared, vocab_size=30522)
+
+
+def test_collate_pads_to_batch_max_and_feeds_the_model(prepared):
+    ds = ShardDataset(prepared)
+    items = [ds[i] for i in range(6)]
+    batch = collate_pretraining(items)
+    T = max(len(it["input_ids"]) for it in items)
+    P = max(len(it["masked_lm_positions"]) for it in items)
+    assert batch["input_ids"].shape == batch["attention_mask"].shape == (6, T)
+    assert batch["masked_lm_positions"].shape == batch["masked_lm_weights"].shape == (6, P)
+    assert batch["next_sentence_label"].shape == (6,)
+    assert batch["masked_lm_weights"].dtype == torch.float32
+    for b, it in enumerate(items):
+        n, k = len(it["input_ids"]), len(it["masked_lm_positions"])
+        assert batch["attention_mask"][b].sum() == n and (batch["input_ids"][b, n:] == 0).all()
+        assert batch["masked_lm_weights"][b].sum() == k
+    config = BertConfig.preset("tiny", vocab_size=24, max_position_embeddings=64)
+    out = BertForPreTraining(config)(**batch)
+    assert torch.isfinite(out.loss) and out.mlm_logits.shape == (6, P, 24)
+
+
+def test_dynamic_masking_shards_and_collate(tmp_path, tokenizer):
+    out = _prepare(tmp_path, tokenizer, dynamic_masking=True)
+    ds = ShardDataset(out)
+    assert ds.dynamic_masking and ds[0]["masked_lm_positions"].size == 0
+    items = [ds[i] for i in range(8)]
+    assert 4 not in np.concatenate([it["input_ids"] for it in items])  # stored unmasked
+    with pytest.raises(BertkitError, match="DynamicMaskingCollate"):
+        collate_pretraining(items)
+    collate = DynamicMaskingCollate(VocabInfo.from_tokenizer(tokenizer), rng=3)
+    first, second = collate(items), collate(items)
+    assert (first["masked_lm_weights"].sum(1) >= 1).all()
+    assert not torch.equal(first["input_ids"], second["input_ids"])  # fresh masks per batch
+    again = DynamicMaskingCollate(VocabInfo.from_tokenizer(tokenizer), rng=3)(items)
+    assert torch.equal(first["input_ids"], again["input_ids"])  # reproducible from the seed
+    rows = first["masked_lm_positions"]
+    picked = first["input_ids"].gather(1, rows)[first["masked_lm_weights"] > 0]
+    assert (picked == 4).float().mean() > 0.5  # mostly [MASK]
+
+
+def test_mlm_objective_has_no_sentence_label(tmp_path, tokenizer):
+    chunk = ChunkConfig(InstanceConfig(max_seq_length=32, objective="mlm"), dupe_factor=1)
+    out = tmp_path / "mlm"
+    prepare([_corpus(tmp_path / "c.txt")], tokenizer, out,
+            PrepareConfig(chunk, format="google"), progress=False)
+    ds = ShardDataset(out)
+    batch = collate_pretraining([ds[0], ds[1]])
+    assert "next_sentence_label" not in batch and (batch["token_type_ids"] == 0).all()
+
+
+def test_unfinished_output_is_refused(prepared, tmp_path):
+    meta = read_meta(prepared)
+    meta["complete"] = False
+    (tmp_path / "meta.json").write_text(__import__("json").dumps(meta))
+    with pytest.raises(BertkitError, match="--resume"):
+        ShardDataset(tmp_path)
+    with pytest.raises(BertkitError, match="not a directory made by"):
+        ShardDataset(tmp_path / "nowhere")
