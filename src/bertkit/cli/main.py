@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "bertkit.cli.model_cmds",
     "bertkit.cli.tokenize_cmds",
     "bertkit.cli.prepare_cmds",
+    "bertkit.cli.pretrain_cmds",
 ]
 
 

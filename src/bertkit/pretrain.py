@@ -1,0 +1,345 @@
+"""Pre-training orchestration: shards + model + objective -> the shared training loop -> export.
+
+Shape legend: B batch, T tokens, P predicted positions, V vocabulary.
+
+Objectives (the paper's ablations, §5.1):
+- `mlm+nsp`: masked LM + next-sentence prediction (the paper); shards from `--objective mlm+nsp`.
+- `mlm`: masked LM only ("No NSP"); any shards, the sentence label is dropped.
+- `sop`: masked LM + ALBERT's sentence-order prediction; shards from `--objective sop`.
+- `ltr`: left-to-right LM ("LTR & No NSP"): a causal mask on the same encoder, every next
+  token predicted, the unmasked text restored from the shards' labels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.config import BertConfig
+from bertkit.data.collate import DynamicMaskingCollate, collate_pretraining
+from bertkit.data.masking import VocabInfo
+from bertkit.data.shards import ShardDataset, read_meta
+from bertkit.errors import BertkitError
+from bertkit.heads import BertForPreTraining, PreTrainingOutput
+from bertkit.io_utils import atomic_write_text
+from bertkit.training import distributed
+from bertkit.training.loop import TrainConfig, TrainResult, train
+
+log = logging.getLogger(__name__)
+
+OBJECTIVES = ("mlm+nsp", "mlm", "ltr", "sop")
+# Which shard objectives each training objective can read (None: any).
+_SHARDS_FOR = {"mlm+nsp": ("mlm+nsp",), "sop": ("sop",), "mlm": None, "ltr": None}
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """One pre-training run; saved as `OUTPUT/pretrain_config.json` beside the run."""
+
+    data: str
+    train: TrainConfig
+    model: str | None = None  # a preset name ("mini", "base", ...)
+    config_file: str | None = None  # a config.json
+    init: str | None = None  # continue from a checkpoint (HF layout)
+    tokenizer: str | None = None  # for dynamic masking, the vocabulary check and the export
+    objective: str = "mlm+nsp"
+    eval_data: str | None = None  # held-out shards; else the last `eval_holdout` instances
+    eval_holdout: int | None = None  # None: min(2000, 5% of the data)
+    eval_batches: int = 20
+    phase2_data: str | None = None  # the paper's second phase (longer sequences)
+    phase2_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise BertkitError(f"unknown objective {self.objective!r}; expected one of "
+                               f"{', '.join(OBJECTIVES)}")
+        if sum(x is not None for x in (self.model, self.config_file, self.init)) > 1:
+            raise BertkitError("give at most one of --model, --config and --init")
+        if self.phase2_data is not None and self.phase2_steps < 1:
+            raise BertkitError("--phase2-data needs --phase2-steps >= 1")
+
+
+def load_tokenizer(cfg: PretrainConfig):
+    """The tokenizer from --tokenizer, else from --init when it carries vocab.txt, else None."""
+    from bertkit.tokenization import BertTokenizer
+
+    for where in (cfg.tokenizer, cfg.init):
+        if where is not None and (Path(where) / "vocab.txt").is_file():
+            return BertTokenizer.from_pretrained(where)
+        if where is not None and where == cfg.tokenizer:
+            raise BertkitError(f"{where}: no vocab.txt (expected a tokenizer directory)")
+    return None
+
+
+def open_shards(path: str | os.PathLike, tokenizer, config: BertConfig) -> ShardDataset:
+    """Open prepared shards, refusing another vocabulary, an over-long length or damage."""
+    path = Path(path)
+    if not path.is_dir():
+        raise BertkitError(f"{path}: shard folder not found (make it with `bertkit prepare`)")
+    fingerprint = tokenizer.fingerprint() if tokenizer is not None else None
+    dataset = ShardDataset(path, tokenizer_fingerprint=fingerprint, vocab_size=config.vocab_size)
+    if dataset.max_seq_length > config.max_position_embeddings:
+        raise BertkitError(f"{path}: sequences of up to {dataset.max_seq_length} tokens, but the "
+                           f"model has max_position_embeddings={config.max_position_embeddings}")
+    if len(dataset) == 0:
+        raise BertkitError(f"{path}: holds no instances")
+    _check_readable(dataset)
+    return dataset
+
+
+def _check_readable(dataset: ShardDataset) -> None:
+    """Touch each shard's first and last instance, so that damage shows now, with its name."""
+    bounds = dataset.cumulative
+    for s, name in enumerate(dataset.shard_names):
+        try:
+            for i in {int(bounds[s]), int(bounds[s + 1]) - 1}:
+                item = dataset[i]
+                if len(item["input_ids"]) == 0 or item["input_ids"].max() >= _vocab(dataset):
+                    raise ValueError(f"instance {i} has no tokens or out-of-vocabulary ids")
+        except (ValueError, OSError, IndexError, EOFError) as err:
+            raise BertkitError(f"{dataset.path / name}: corrupted shard ({err}); "
+                               "re-run `bertkit prepare`") from err
+
+
+def _vocab(dataset: ShardDataset) -> int:
+    return int(dataset.meta["tokenizer"]["vocab_size"])
+
+
+def check_objective(dataset: ShardDataset, objective: str) -> None:
+    made_for = dataset.meta["params"].get("objective")
+    allowed = _SHARDS_FOR[objective]
+    if allowed is not None and made_for not in allowed:
+        raise BertkitError(f"{dataset.path}: prepared for objective {made_for!r}, which cannot "
+                           f"train {objective!r} (re-run `bertkit prepare --objective {objective}`)")
+
+
+def model_config(cfg: PretrainConfig, vocab_size: int, seq_len: int) -> BertConfig:
+    """The architecture: a preset, a config.json or the --init checkpoint's (default: mini)."""
+    if cfg.init is not None:
+        return BertConfig.load(cfg.init)
+    if cfg.config_file is not None:
+        return BertConfig.load(cfg.config_file)
+    return BertConfig.preset(cfg.model or "mini", vocab_size=vocab_size,
+                             max_position_embeddings=max(512, seq_len))
+
+
+def build_model(cfg: PretrainConfig, config: BertConfig) -> BertForPreTraining:
+    if cfg.init is not None:
+        model = BertForPreTraining.from_pretrained(cfg.init)
+        model.train()
+        return model
+    torch.manual_seed(cfg.train.seed)  # the initial weights depend on the seed alone
+    return BertForPreTraining(config)
+
+
+def ltr_targets(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Left-to-right LM: predict token t+1 from tokens ≤ t at every position (causal attention)."""
+    ids, mask = batch["input_ids"], batch["attention_mask"]  # (B, T)
+    B, T = ids.shape
+    return {
+        "input_ids": ids,
+        "token_type_ids": batch["token_type_ids"],
+        "attention_mask": mask,
+        "masked_lm_positions": torch.arange(T - 1).expand(B, T - 1),  # (B, T-1)
+        "masked_lm_ids": ids[:, 1:],  # (B, T-1)
+        "masked_lm_weights": mask[:, 1:].float(),  # (B, T-1): no target past the end
+        "causal": True,
+    }
+
+
+def unmask(item: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The original text of a statically masked instance (the labels hold the originals)."""
+    ids = np.array(item["input_ids"], dtype=np.int64)
+    ids[item["masked_lm_positions"]] = item["masked_lm_ids"]
+    return {**item, "input_ids": ids}
+
+
+def _pad_batch(items: Sequence[dict[str, np.ndarray]], pad_id: int) -> dict[str, torch.Tensor]:
+    T = max(len(it["input_ids"]) for it in items)
+    out = {name: torch.zeros(len(items), T, dtype=torch.long)
+           for name in ("input_ids", "token_type_ids", "attention_mask")}  # (B, T) each
+    out["input_ids"].fill_(pad_id)
+    for b, it in enumerate(items):
+        n = len(it["input_ids"])
+        out["input_ids"][b, :n] = torch.from_numpy(np.asarray(it["input_ids"], dtype=np.int64))
+        out["token_type_ids"][b, :n] = torch.from_numpy(
+            np.asarray(it["token_type_ids"], dtype=np.int64))
+        out["attention_mask"][b, :n] = 1
+    return out
+
+
+class PretrainCollate:
+    """Items -> the batch the objective needs; owns the dynamic-masking rng (saved with the
+    training state through `state_dict`, so --resume continues the same masks)."""
+
+    def __init__(self, objective: str, pad_id: int, dynamic: DynamicMaskingCollate | None):
+        self.objective, self.pad_id, self.dynamic = objective, pad_id, dynamic
+
+    def __call__(self, items: Sequence[dict[str, np.ndarray]]) -> dict[str, Any]:
+        if self.objective == "ltr":
+            return ltr_targets(_pad_batch([unmask(it) for it in items], self.pad_id))
+        if self.dynamic is not None:
+            batch = self.dynamic(items)
+        else:
+            batch = collate_pretraining(items, self.pad_id)
+        if self.objective == "mlm":
+            batch.pop("next_sentence_label", None)
+        elif "next_sentence_label" not in batch:
+            raise BertkitError(f"objective {self.objective} needs sentence labels; these shards "
+                               "carry none (prepared with --objective mlm)")
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.dynamic is None:
+            return {}
+        return {"rng": json.dumps(self.dynamic.rng.bit_generator.state)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.dynamic is not None and "rng" in state:
+            self.dynamic.rng.bit_generator.state = json.loads(state["rng"])
+
+
+def make_collate(dataset: ShardDataset, objective: str, tokenizer, seed: int) -> PretrainCollate:
+    """Static masks from the shards, or fresh masks per batch when they were prepared dynamic."""
+    pad_id = int(dataset.meta["tokenizer"]["pad_token_id"])
+    dynamic = None
+    if dataset.dynamic_masking and objective != "ltr":
+        if tokenizer is None:
+            raise BertkitError(f"{dataset.path}: dynamic-masking shards need the vocabulary: "
+                               "pass --tokenizer DIR")
+        params = dataset.meta["params"]
+        dynamic = DynamicMaskingCollate(
+            VocabInfo.from_tokenizer(tokenizer), np.random.default_rng(seed),
+            masked_lm_prob=params["masked_lm_prob"],
+            max_predictions=params["max_predictions_per_seq"],
+            whole_word_mask=params["whole_word_mask"], pad_token_id=pad_id)
+    return PretrainCollate(objective, pad_id, dynamic)
+
+
+def pretraining_metrics(batch: dict[str, Any], out: PreTrainingOutput
+                        ) -> dict[str, torch.Tensor]:
+    """Per-batch MLM accuracy (weighted as the loss) and NSP/SOP accuracy, plus both losses
+    (0-dim tensors: the loop sums them on the device)."""
+    metrics: dict[str, torch.Tensor] = {}
+    if out.mlm_loss is not None:
+        w = batch["masked_lm_weights"].float()  # (B, P)
+        hits = (out.mlm_logits.argmax(-1) == batch["masked_lm_ids"]).float()  # (B, P)
+        metrics["mlm_loss"] = out.mlm_loss.detach()
+        metrics["mlm_acc"] = (hits * w).sum() / w.sum().clamp(min=1)
+    if out.nsp_loss is not None:
+        nsp_hits = out.nsp_logits.argmax(-1) == batch["next_sentence_label"]  # (B,)
+        metrics["nsp_loss"] = out.nsp_loss.detach()
+        metrics["nsp_acc"] = nsp_hits.float().mean()
+    return metrics
+
+
+def make_evaluator(dataset, collate_factory: Callable[[], PretrainCollate], batch_size: int,
+                   batches: int) -> Callable[[torch.nn.Module], dict[str, float]]:
+    """Mean metrics over the first `batches` held-out batches, with the same masks every time
+    (a fresh collate from a fixed seed), so successive evaluations are comparable."""
+
+    def evaluate(model: torch.nn.Module) -> dict[str, float]:
+        device = next(model.parameters()).device
+        collate, sums, count = collate_factory(), {}, 0
+        for start in range(0, min(len(dataset), batch_size * batches), batch_size):
+            items = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
+            batch = {k: v.to(device) if torch.is_tensor(v) else v
+                     for k, v in collate(items).items()}
+            out = model(**batch)
+            for k, v in {"loss": out.loss, **pretraining_metrics(batch, out)}.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+            count += 1
+        return {k: v / max(count, 1) for k, v in sums.items()}
+
+    return evaluate
+
+
+def split_eval(dataset: ShardDataset, holdout: int | None) -> tuple[Any, Any]:
+    """Hold out the last instances (the last documents of the corpus) for evaluation."""
+    n = len(dataset)
+    k = min(2000, n // 20) if holdout is None else holdout
+    if k >= n:
+        raise BertkitError(f"{dataset.path}: eval holdout {k} leaves no training data ({n})")
+    if k <= 0:
+        return dataset, None
+    return (torch.utils.data.Subset(dataset, range(n - k)),
+            torch.utils.data.Subset(dataset, range(n - k, n)))
+
+
+def run_phase(cfg: PretrainConfig, model: BertForPreTraining, data_dir: str, tokenizer,
+              train_cfg: TrainConfig) -> TrainResult:
+    """One phase: open and check the shards, hold out eval data, train."""
+    dataset = open_shards(data_dir, tokenizer, model.config)
+    check_objective(dataset, cfg.objective)
+    eval_source = dataset  # whose masking (static/dynamic) the eval batches follow
+    if cfg.eval_data is not None:
+        eval_source = open_shards(cfg.eval_data, tokenizer, model.config)
+        train_set, eval_set = dataset, eval_source
+    else:
+        train_set, eval_set = split_eval(dataset, cfg.eval_holdout)
+    seed = train_cfg.seed + 7919 * distributed.rank()  # distinct masks on every rank
+    collate = make_collate(dataset, cfg.objective, tokenizer, seed)
+    evaluate = None
+    if eval_set is not None:
+        micro = train_cfg.micro_batch_size or train_cfg.batch_size
+        evaluate = make_evaluator(
+            eval_set, lambda: make_collate(eval_source, cfg.objective, tokenizer, 2**31 - 1),
+            micro, cfg.eval_batches)
+    return train(model, train_set, collate, train_cfg, evaluate=evaluate,
+                 step_metrics=pretraining_metrics)
+
+
+def phase2_config(train_cfg: TrainConfig, output: Path, steps: int) -> TrainConfig:
+    """Phase 2 (Google's recipe: a second run from phase 1's weights, fresh optimizer and
+    schedule): its own directory and step budget, warmup scaled to it."""
+    warmup = min(train_cfg.resolved_warmup, steps // 10)
+    has_state = (output / "phase2" / "checkpoints").is_dir()
+    return dataclasses.replace(train_cfg, output_dir=str(output / "phase2"), max_steps=steps,
+                               warmup_steps=warmup, warmup_ratio=None,
+                               resume=train_cfg.resume and has_state)
+
+
+def run_pretraining(cfg: PretrainConfig) -> TrainResult:
+    """The whole run: model, phase 1 (and phase 2), then the release export `OUTPUT/model`."""
+    tokenizer = load_tokenizer(cfg)
+    if not Path(cfg.data).is_dir():
+        raise BertkitError(f"{cfg.data}: shard folder not found (make it with `bertkit prepare`)")
+    meta = read_meta(cfg.data)
+    config = model_config(cfg, int(meta["tokenizer"]["vocab_size"]),
+                          int(meta["params"]["max_seq_length"]))
+    model = build_model(cfg, config)
+    output = Path(cfg.train.output_dir)
+    if distributed.is_main():
+        output.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(output / "pretrain_config.json", json.dumps(
+            dataclasses.asdict(cfg), indent=2, default=str) + "\n")
+    p2 = phase2_config(cfg.train, output, cfg.phase2_steps) if cfg.phase2_data else None
+    if p2 is not None and p2.resume:
+        log.info("phase 1 finished earlier; resuming phase 2 from %s", p2.output_dir)
+    else:
+        result = run_phase(cfg, model, cfg.data, tokenizer, cfg.train)
+    if p2 is not None:
+        result = run_phase(cfg, model, cfg.phase2_data, tokenizer, p2)
+    if distributed.is_main():
+        export(model, tokenizer, output / "model")
+    distributed.barrier()
+    return result
+
+
+def export(model: BertForPreTraining, tokenizer, directory: Path) -> None:
+    """The release export: HF layout (loadable by `transformers`) + the tokenizer files."""
+    model.save_pretrained(directory)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
+    else:
+        log.warning("%s: exported without tokenizer files (pass --tokenizer DIR)", directory)
+    log.info("exported %s", directory)

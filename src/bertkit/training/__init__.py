@@ -1,0 +1,15 @@
+"""The one training loop (pre-training and fine-tuning), its optimizers and DDP plumbing."""
+
+from bertkit.training.loop import TrainConfig, TrainingInterrupted, TrainResult, train
+from bertkit.training.optim import Lamb, build_optimizer, lr_at, param_groups
+
+__all__ = [
+    "Lamb",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingInterrupted",
+    "build_optimizer",
+    "lr_at",
+    "param_groups",
+    "train",
+]

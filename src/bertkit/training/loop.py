@@ -1,0 +1,433 @@
+"""The one training loop, shared by pre-training and fine-tuning (contract: LOOP_API).
+
+A task contributes a model (whose forward returns an object with `.loss`), a dataset, a collate
+function and optionally an evaluation function; `train` does the rest, visibly:
+
+    lr = lr_at(step) → for each micro-batch: autocast forward, loss / accumulation, backward
+    → unscale, clip → all-reduced stats (non-finite loss stops) → optimizer step, zero-grad
+    → log / eval / save.
+
+Data order: a stream of epochs, each a permutation from a `torch.Generator` seeded with
+(seed, epoch). Step s consumes stream positions [s·B, (s+1)·B) for the global batch B; under DDP
+rank r takes its own contiguous slice of that global batch, so the effective batch is the same
+for any number of processes, and the data position is one integer (`examples_seen`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from bertkit.errors import BertkitError
+from bertkit.io_utils import atomic_write_text
+from bertkit.training import distributed as dist_utils
+from bertkit.training.optim import OPTIMIZERS, build_optimizer, lr_at, resolve_warmup
+from bertkit.training.runtime import (
+    Run,
+    StopFlag,
+    open_tensorboard,
+    restore_run,
+    run_state,
+    signal_guard,
+    truncate_metrics,
+)
+from bertkit.training.state import latest_checkpoint, list_checkpoints, save_training_state
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    output_dir: str
+    max_steps: int  # optimizer steps
+    batch_size: int = 32  # global examples per optimizer step
+    micro_batch_size: int | None = None  # per forward per process; None = batch_size // world
+    lr: float = 1e-4
+    warmup_steps: int = 0
+    warmup_ratio: float | None = None  # overrides warmup_steps when set
+    weight_decay: float = 0.01
+    optimizer: str = "adamw"  # "adamw" | "lamb"
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-6
+    max_grad_norm: float = 1.0  # <= 0: no clipping (the norm is still logged)
+    precision: str = "fp32"  # "fp32" | "bf16" | "fp16"
+    seed: int = 0
+    log_every: int = 10
+    eval_every: int = 0  # 0 = only at the end
+    save_every: int = 0  # 0 = only at the end
+    keep: int = 2  # checkpoints kept (0 = all)
+    device: str = "auto"  # "auto" = cuda if available else cpu
+    compile: bool = False
+    resume: bool = False
+    progress: bool = True
+    tensorboard: bool = False  # also write TensorBoard scalars (needs the tensorboard package)
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise BertkitError(f"max_steps must be >= 1, got {self.max_steps}")
+        if self.batch_size < 1:
+            raise BertkitError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise BertkitError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        if self.precision not in PRECISIONS:
+            raise BertkitError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise BertkitError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.lr <= 0:
+            raise BertkitError(f"lr must be > 0, got {self.lr}")
+        if self.log_every < 1:
+            raise BertkitError(f"log_every must be >= 1, got {self.log_every}")
+        resolve_warmup(self.max_steps, self.warmup_steps, self.warmup_ratio)
+
+    @property
+    def resolved_warmup(self) -> int:
+        return resolve_warmup(self.max_steps, self.warmup_steps, self.warmup_ratio)
+
+
+@dataclass
+class TrainResult:
+    step: int
+    losses: list[float]  # one per optimizer step taken in this call (all ranks averaged)
+    metrics: dict[str, float]  # the last logged training metrics + the final eval_* metrics
+    output_dir: Path
+    checkpoint: Path | None = None  # the final training state
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """SIGINT/SIGTERM arrived; a checkpoint was saved first (a KeyboardInterrupt, so callers and
+    the CLI treat it as an interruption, not a crash)."""
+
+
+def train(model: nn.Module, dataset: torch.utils.data.Dataset,
+          collate: Callable[[list[Any]], dict[str, torch.Tensor]], config: TrainConfig,
+          evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+          step_metrics: Callable[[dict[str, torch.Tensor], Any], dict[str, float]] | None = None,
+          ) -> TrainResult:
+    """Train `model` for `config.max_steps` optimizer steps; see the module docstring."""
+    run = _prepare(model, dataset, collate, config)
+    losses: list[float] = []
+    window = _Window()
+    bar = tqdm(total=config.max_steps, initial=run.step, desc="train", unit="step",
+               disable=not (config.progress and run.main), dynamic_ncols=True)
+    last_metrics: dict[str, float] = {}
+    with signal_guard() as stop:
+        while run.step < config.max_steps:
+            stats = _train_step(run, dataset, collate, step_metrics, stop)
+            losses.append(stats["loss"])
+            window.add(stats)
+            bar.update(1)
+            bar.set_postfix(loss=f"{stats['loss']:.4f}", lr=f"{stats['lr']:.2e}",
+                            tok_s=f"{window.tokens_per_s():.0f}", refresh=False)
+            record = _maybe_log_and_eval(run, window, evaluate, config)
+            last_metrics.update(record)
+            if stats["stop"]:
+                path = _save(run, collate, config, last_metrics)
+                bar.close()
+                raise TrainingInterrupted(f"interrupted at step {run.step}; saved {path}")
+            if config.save_every and run.step % config.save_every == 0:
+                _save(run, collate, config, last_metrics)
+    bar.close()
+    if evaluate is not None and not (config.eval_every and run.step % config.eval_every == 0):
+        last_metrics.update(_log(run, {"step": run.step, **_evaluate(run, evaluate)}))
+    path = Path(config.output_dir) / "checkpoints" / f"step-{run.step}"
+    if not (config.save_every and run.step % config.save_every == 0):  # not saved just now
+        path = _save(run, collate, config, last_metrics)
+    if run.tensorboard is not None:
+        run.tensorboard.close()
+    return TrainResult(run.step, losses, last_metrics, Path(config.output_dir), path)
+
+
+def _prepare(model: nn.Module, dataset, collate, config: TrainConfig) -> Run:
+    """Device, batch plan, seeds, optimizer, scaler, wrappers, and the resumed state if any."""
+    try:
+        n = len(dataset)
+    except TypeError as err:
+        raise BertkitError("the training dataset must have a length (a map-style Dataset)") from err
+    if n == 0:
+        raise BertkitError("the training dataset is empty")
+    world, rank = dist_utils.world_size(), dist_utils.rank()
+    device = _resolve_device(config.device)
+    micro, accum = batch_plan(config.batch_size, config.micro_batch_size, world)
+    _check_output_dir(config, rank == 0)
+    _seed_everything(config.seed + rank)
+    model.to(device)
+    model.train()
+    optimizer = build_optimizer(model, config.optimizer, config.lr, config.weight_decay,
+                                tuple(config.adam_betas), config.adam_eps, device)
+    scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None
+    forward = model
+    if world > 1:
+        ids = [device.index] if device.type == "cuda" else None
+        forward = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    if config.compile:
+        forward = torch.compile(forward)
+    run = Run(model=model, forward=forward, optimizer=optimizer, scaler=scaler, device=device,
+              n_examples=n, micro=micro, accum=accum, world=world, rank=rank, config=config,
+              warmup=config.resolved_warmup)
+    if config.tensorboard and run.main:
+        run.tensorboard = open_tensorboard(Path(config.output_dir) / "tensorboard")
+    if config.resume:
+        restore_run(run, collate)
+        if run.main:
+            truncate_metrics(Path(config.output_dir) / METRICS_FILE, run.step)
+    elif run.main:
+        atomic_write_text(Path(config.output_dir) / "train_config.json",
+                          json.dumps(asdict(config), indent=2) + "\n")
+        atomic_write_text(Path(config.output_dir) / METRICS_FILE, "")
+    dist_utils.barrier()
+    log.info("training: %d examples, global batch %d = %d process(es) x %d micro x %d "
+             "accumulation, %s, %s", n, config.batch_size, world, micro, accum, device,
+             config.precision)
+    return run
+
+
+def batch_plan(batch_size: int, micro_batch_size: int | None, world: int) -> tuple[int, int]:
+    """(micro-batch size, accumulation steps) so that world × micro × accum = batch_size."""
+    if batch_size % world:
+        raise BertkitError(f"batch size {batch_size} is not divisible by {world} processes")
+    per_rank = batch_size // world
+    micro = micro_batch_size or per_rank
+    if micro > per_rank or per_rank % micro:
+        raise BertkitError(f"micro-batch size {micro} must divide the per-process batch "
+                           f"{per_rank} (= batch size {batch_size} / {world} processes)")
+    return micro, per_rank // micro
+
+
+def _resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _check_output_dir(config: TrainConfig, main: bool) -> None:
+    out = Path(config.output_dir)
+    if config.resume:
+        if latest_checkpoint(out) is None:
+            raise BertkitError(f"--resume: no checkpoint under {out / 'checkpoints'} "
+                               "(nothing to resume; start without --resume)")
+    elif list_checkpoints(out):
+        raise BertkitError(f"{out} already holds training checkpoints; pass --resume to "
+                           "continue that run or choose another output directory")
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def global_batch_indices(run: Run) -> list[int]:
+    """This rank's dataset indices for the next step (see the module docstring)."""
+    per_rank = run.micro * run.accum
+    start = run.examples_seen + run.rank * per_rank
+    return [run.index_at(p) for p in range(start, start + per_rank)]
+
+
+def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v
+            for k, v in batch.items()}
+
+
+def _count_tokens(batch: dict[str, Any]) -> Any:
+    """Real (unpadded) tokens of a batch: a device tensor, summed without a host sync."""
+    mask = batch.get("attention_mask")
+    if torch.is_tensor(mask):
+        return mask.sum()
+    ids = batch.get("input_ids")
+    return ids.numel() if torch.is_tensor(ids) else 0
+
+
+def _train_step(run: Run, dataset, collate, step_metrics, stop: StopFlag) -> dict[str, Any]:
+    """One optimizer step over `accum` micro-batches; returns all-rank averaged statistics."""
+    cfg = run.config
+    lr = lr_at(run.step, peak_lr=cfg.lr, warmup_steps=run.warmup, max_steps=cfg.max_steps)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    indices = global_batch_indices(run)
+    # Sums stay on the device (tensors) until the one all-reduce per step: no host sync per
+    # micro-batch, so the GPU queue stays full.
+    sums: dict[str, Any] = {"loss": 0.0}
+    tokens = 0
+    for k in range(run.accum):
+        batch = collate([dataset[i] for i in indices[k * run.micro:(k + 1) * run.micro]])
+        batch = _to_device(batch, run.device)
+        tokens += _count_tokens(batch)
+        out = _forward_backward(run, batch, last=k == run.accum - 1)
+        sums["loss"] = sums["loss"] + out.loss.detach().float()
+        if step_metrics is not None:
+            for name, value in step_metrics(batch, out).items():
+                value = value.detach().float() if torch.is_tensor(value) else float(value)
+                sums[name] = sums.get(name, 0.0) + value
+    grad_norm = _clip(run)
+    stats = _reduce(run, sums, tokens, stop.is_set())
+    if not math.isfinite(stats["loss"]):
+        last = latest_checkpoint(cfg.output_dir)
+        raise BertkitError(f"non-finite loss ({stats['loss']}) at step {run.step + 1}; stopping. "
+                           f"Last good checkpoint: {last or 'none'} (try a lower --lr, "
+                           "--precision fp32/bf16, or more warmup)")
+    _optimizer_step(run)
+    run.step += 1
+    run.examples_seen += cfg.batch_size
+    run.tokens_seen += stats["tokens"]
+    return {**stats, "lr": lr, "grad_norm": grad_norm}
+
+
+def _forward_backward(run: Run, batch: dict[str, Any], last: bool) -> Any:
+    """Autocast forward, loss / accumulation, backward; DDP syncs only on the last micro-batch."""
+    sync = run.world == 1 or last or not hasattr(run.forward, "no_sync")
+    context = run.forward.no_sync() if not sync else _null()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.config.precision)
+    with context:
+        with torch.autocast(run.device.type, dtype=dtype, enabled=dtype is not None):
+            out = run.forward(**batch)
+        if getattr(out, "loss", None) is None:
+            raise BertkitError("the model returned no loss: the batch must carry the labels "
+                               f"(got keys {sorted(batch)})")
+        loss = out.loss.float() / run.accum
+        (run.scaler.scale(loss) if run.scaler is not None else loss).backward()
+    return out
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _clip(run: Run) -> float:
+    if run.scaler is not None:
+        run.scaler.unscale_(run.optimizer)
+    max_norm = run.config.max_grad_norm if run.config.max_grad_norm > 0 else float("inf")
+    params = [p for p in run.model.parameters() if p.grad is not None]
+    return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+
+
+def _reduce(run: Run, sums: dict[str, Any], tokens: Any, stop: bool) -> dict[str, Any]:
+    """Average the per-micro-batch sums over micro-batches and ranks; agree on stopping."""
+    names = sorted(sums)
+    values = [torch.as_tensor(sums[k], dtype=torch.float64, device=run.device) for k in names]
+    values += [torch.as_tensor(tokens, dtype=torch.float64, device=run.device),
+               torch.tensor(float(stop), dtype=torch.float64, device=run.device)]
+    t = dist_utils.all_reduce_sum(torch.stack(values))
+    t = t.cpu().tolist()
+    count = run.accum * run.world
+    stats: dict[str, Any] = {k: t[i] / count for i, k in enumerate(names)}
+    stats["tokens"] = int(t[-2])
+    stats["stop"] = t[-1] > 0
+    return stats
+
+
+def _optimizer_step(run: Run) -> None:
+    if run.scaler is not None:
+        run.scaler.step(run.optimizer)
+        run.scaler.update()
+    else:
+        run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+
+
+@dataclass
+class _Window:
+    """Running sums between two log lines."""
+
+    sums: dict[str, float] = field(default_factory=dict)
+    steps: int = 0
+    tokens: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    def add(self, stats: dict[str, Any]) -> None:
+        for k, v in stats.items():
+            if k not in ("tokens", "stop", "lr"):
+                self.sums[k] = self.sums.get(k, 0.0) + float(v)
+        self.sums["lr"] = stats["lr"]
+        self.steps += 1
+        self.tokens += stats["tokens"]
+
+    def tokens_per_s(self) -> float:
+        return self.tokens / max(time.perf_counter() - self.started, 1e-9)
+
+    def flush(self) -> dict[str, float]:
+        out = {k: (v if k == "lr" else v / self.steps) for k, v in self.sums.items()}
+        out["tokens_per_s"] = self.tokens_per_s()
+        self.sums, self.steps, self.tokens = {}, 0, 0
+        self.started = time.perf_counter()
+        return out
+
+
+def _maybe_log_and_eval(run: Run, window: _Window, evaluate, config: TrainConfig) -> dict:
+    record: dict[str, Any] = {}
+    if run.step % config.log_every == 0 or run.step == config.max_steps:
+        record.update(window.flush())
+    if evaluate is not None and config.eval_every and run.step % config.eval_every == 0:
+        record.update(_evaluate(run, evaluate))
+    if not record:
+        return {}
+    record = {"step": run.step, **record, "tokens_seen": run.tokens_seen}
+    return _log(run, record)
+
+
+def _log(run: Run, record: dict[str, Any]) -> dict[str, Any]:
+    """Append one JSON line to metrics.jsonl (rank 0) and return the record."""
+    if run.main:
+        with open(Path(run.config.output_dir) / METRICS_FILE, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        if not run.config.progress:
+            log.info(" ".join(f"{k}={_fmt(v)}" for k, v in record.items()))
+        if run.tensorboard is not None:
+            for key, value in record.items():
+                if key != "step":
+                    run.tensorboard.add_scalar(key, value, record["step"])
+    return record
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _evaluate(run: Run, evaluate) -> dict[str, float]:
+    """Rank 0 evaluates the unwrapped model in eval mode; keys get an `eval_` prefix."""
+    if not run.main:
+        return {}
+    run.model.eval()
+    try:
+        with torch.no_grad():
+            result = evaluate(run.model)
+    finally:
+        run.model.train()
+    return {(k if k.startswith("eval_") else f"eval_{k}"): float(v) for k, v in result.items()}
+
+
+def _save(run: Run, collate, config: TrainConfig, summary: dict[str, Any]) -> Path:
+    state = run_state(run, collate)  # collective under DDP: every rank takes part
+    path = Path(config.output_dir) / "checkpoints" / f"step-{run.step}"
+    if run.main:
+        path = save_training_state(config.output_dir, run.step, state, config.keep,
+                                   summary={k: v for k, v in summary.items()
+                                            if isinstance(v, (int, float))})
+        log.info("saved training state %s", path)
+    dist_utils.barrier()
+    return path

@@ -1,0 +1,115 @@
+"""Resumable training states: `OUTPUT/checkpoints/step-N/state.pt`, written atomically.
+
+A training state is not a release export (that is `save_pretrained`'s HF layout). It holds the
+model and optimizer state dicts, the step, the GradScaler, every RNG state (python, numpy, torch
+CPU and CUDA) and the data position, so a resumed run continues as if never stopped.
+
+Atomicity: the state is written into a hidden temporary directory that is renamed to `step-N`
+only once complete; a kill mid-write leaves at most a `.step-N.*.tmp` directory that is ignored
+and cleaned up by the next save. Loading uses `torch.load(weights_only=True)`: no pickled code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import random
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.errors import BertkitError
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+STATE_FILE = "state.pt"
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def rng_state() -> dict[str, Any]:
+    """Every RNG the loop, dropout and data code may draw from, in weights_only-safe types."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+                  float(cached)),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(_as_tuple(state["python"]))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _as_tuple(x: Any) -> Any:
+    """random.setstate wants the exact nested tuples getstate gave."""
+    return tuple(_as_tuple(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+def list_checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """Complete checkpoints under `output_dir/checkpoints`, oldest first."""
+    root = Path(output_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and (child / STATE_FILE).is_file():
+            found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
+    found = list_checkpoints(output_dir)
+    return found[-1][1] if found else None
+
+
+def save_training_state(output_dir: str | os.PathLike, step: int, state: dict[str, Any],
+                        keep: int, summary: dict[str, Any] | None = None) -> Path:
+    """Write `state` as checkpoint `step-N` atomically, then delete all but the last `keep`."""
+    root = Path(output_dir) / CHECKPOINTS
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".step-*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
+    final = root / f"step-{step}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".step-{step}.", suffix=".tmp", dir=root))
+    try:
+        torch.save(state, tmp / STATE_FILE)
+        info = {"step": step, **(summary or {})}
+        (tmp / "summary.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if keep > 0:
+        for _, old in list_checkpoints(output_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_training_state(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a checkpoint directory (or its state.pt); a damaged file is a BertkitError."""
+    path = Path(path)
+    file = path / STATE_FILE if path.is_dir() else path
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except (RuntimeError, OSError, EOFError, ValueError, pickle.UnpicklingError) as err:
+        raise BertkitError(f"{file}: unreadable training state ({err})") from err

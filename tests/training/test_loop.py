@@ -1,0 +1,242 @@
+"""The training loop: exact resume after SIGKILL, SIGTERM save, accumulation, bad states.
+
+Run as a script (`python test_loop.py MODE OUT ...`) this file is also the child process the
+tests kill, and the worker `torchrun` starts for the DDP test (test_loop_ddp.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
+from bertkit.heads import BertForPreTraining
+from bertkit.training import TrainConfig, TrainingInterrupted, train
+from bertkit.training.state import list_checkpoints
+
+VOCAB, T, P = 64, 12, 3
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """On a shared, oversubscribed CPU two OpenMP threads are ~10x slower than one."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def make_model(dropout: float = 0.1) -> BertForPreTraining:
+    torch.manual_seed(1234)
+    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=32,
+                        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    return BertForPreTraining(config)
+
+
+def make_data(n: int = 40) -> list[dict[str, torch.Tensor]]:
+    """Synthetic statically-masked instances under Google's feature names."""
+    gen = torch.Generator().manual_seed(7)
+    items = []
+    for i in range(n):
+        ids = torch.randint(5, VOCAB, (T,), generator=gen)
+        positions = torch.tensor([2, 5, 9])
+        items.append({
+            "input_ids": ids.index_fill(0, positions, 4),  # 4 plays [MASK]
+            "token_type_ids": (torch.arange(T) >= T // 2).long(),
+            "attention_mask": torch.ones(T, dtype=torch.long),
+            "masked_lm_positions": positions,
+            "masked_lm_ids": ids[positions],
+            "masked_lm_weights": torch.ones(P),
+            "next_sentence_label": torch.tensor(i % 2),
+        })
+    return items
+
+
+def collate(items):
+    return {k: torch.stack([it[k] for it in items]) for k in items[0]}
+
+
+class KillingCollate:
+    """Collates, and kills its own process (like an OOM killer) on the n-th call."""
+
+    def __init__(self, kill_at: int, sig: int) -> None:
+        self.calls, self.kill_at, self.sig = 0, kill_at, sig
+
+    def __call__(self, items):
+        self.calls += 1
+        if self.calls == self.kill_at:
+            os.kill(os.getpid(), self.sig)
+        return collate(items)
+
+
+def config(out, **kw) -> TrainConfig:
+    base = {"output_dir": str(out), "max_steps": 8, "batch_size": 8, "micro_batch_size": 4,
+            "lr": 3e-3, "warmup_steps": 2, "log_every": 1, "save_every": 3, "progress": False}
+    return TrainConfig(**{**base, **kw})
+
+
+def logged_losses(out) -> dict[int, float]:
+    lines = Path(out, "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r["loss"] for r in map(json.loads, lines) if "loss" in r}
+
+
+def test_sigkill_then_resume_reproduces_the_uninterrupted_losses(tmp_path):
+    full = train(make_model(), make_data(), collate, config(tmp_path / "full"))
+    assert len(full.losses) == 8
+    killed = tmp_path / "killed"
+    # 2 micro-batches per step: call 9 is the first of step 5, after the step-3 save.
+    threads = str(torch.get_num_threads())  # the same reduction order as this process
+    proc = subprocess.run([sys.executable, __file__, "kill", str(killed), "9", threads],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert [s for s, _ in list_checkpoints(killed)] == [3]
+    assert sorted(logged_losses(killed)) == [1, 2, 3, 4]  # step 4 ran after the save
+    resumed = train(make_model(), make_data(), collate, config(killed, resume=True))
+    assert resumed.step == 8 and len(resumed.losses) == 5
+    assert resumed.losses == full.losses[3:]  # exact, fp32 on CPU
+    assert logged_losses(killed) == logged_losses(tmp_path / "full")
+    assert [s for s, _ in list_checkpoints(killed)] == [6, 8]  # keep=2
+
+
+def test_sigterm_saves_a_checkpoint_then_stops(tmp_path):
+    with pytest.raises(TrainingInterrupted, match="step 2"):
+        train(make_model(), make_data(), KillingCollate(3, signal.SIGTERM),
+              config(tmp_path, save_every=0))
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [2]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handler restored
+
+
+def test_checkpoints_every_n_steps_and_once_at_the_end(tmp_path, caplog):
+    caplog.set_level("INFO", logger="bertkit.training.loop")
+    result = train(make_model(), make_data(), collate,
+                   config(tmp_path, max_steps=4, save_every=2, keep=0))
+    saves = [r for r in caplog.records if r.getMessage().startswith("saved training state")]
+    assert len(saves) == 2  # steps 2 and 4; the end-of-run save is not repeated
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [2, 4]
+    assert result.checkpoint == tmp_path / "checkpoints" / "step-4"
+    summary = json.loads((result.checkpoint / "summary.json").read_text())
+    assert summary["step"] == 4 and summary["loss"] == pytest.approx(result.losses[-1])
+
+
+def test_accumulation_matches_one_big_batch(tmp_path):
+    a = train(make_model(0.0), make_data(), collate, config(tmp_path / "a", max_steps=3))
+    b = train(make_model(0.0), make_data(), collate,
+              config(tmp_path / "b", max_steps=3, micro_batch_size=None))
+    assert a.losses == pytest.approx(b.losses, rel=1e-5)
+    assert a.losses[-1] < a.losses[0]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_trains(tmp_path, precision):
+    result = train(make_model(0.0), make_data(), collate,
+                   config(tmp_path, max_steps=4, precision=precision, save_every=0))
+    assert all(torch.isfinite(torch.tensor(result.losses)))
+    assert result.losses[-1] < result.losses[0]
+    state = torch.load(result.checkpoint / "state.pt", weights_only=True)
+    assert (state["scaler"] is not None) == (precision == "fp16")  # GradScaler only for fp16
+
+
+def test_lamb_trains_through_the_loop(tmp_path):
+    result = train(make_model(0.0), make_data(), collate,
+                   config(tmp_path, max_steps=4, optimizer="lamb", lr=1e-2, save_every=0))
+    assert result.losses[-1] < result.losses[0]
+
+
+class NaNAfter(torch.nn.Module):
+    """Wraps a model; its loss becomes NaN from the n-th forward on."""
+
+    def __init__(self, inner, n):
+        super().__init__()
+        self.inner, self.n, self.calls = inner, n, 0
+
+    def forward(self, **batch):
+        self.calls += 1
+        out = self.inner(**batch)
+        if self.calls >= self.n:
+            out.loss = out.loss * float("nan")
+        return out
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    with pytest.raises(BertkitError, match=r"non-finite loss .* step 3.*step-2"):
+        train(NaNAfter(make_model(), 5), make_data(), collate, config(tmp_path, save_every=1))
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [1, 2]
+
+
+def test_resume_without_checkpoint_and_reuse_of_a_run_dir_are_refused(tmp_path):
+    with pytest.raises(BertkitError, match="no checkpoint"):
+        train(make_model(), make_data(), collate, config(tmp_path, resume=True))
+    train(make_model(), make_data(), collate, config(tmp_path, max_steps=1))
+    with pytest.raises(BertkitError, match="already holds training checkpoints"):
+        train(make_model(), make_data(), collate, config(tmp_path, max_steps=1))
+    with pytest.raises(BertkitError, match="micro-batch size 3"):
+        train(make_model(), make_data(), collate, config(tmp_path / "x", micro_batch_size=3))
+
+
+def test_eval_and_step_metrics_are_logged(tmp_path):
+    def evaluate(model):
+        assert not model.training
+        return {"score": 0.5}
+
+    def step_metrics(batch, out):
+        return {"nsp_acc": float((out.nsp_logits.argmax(-1) == batch["next_sentence_label"])
+                                 .float().mean())}
+
+    result = train(make_model(), make_data(), collate,
+                   config(tmp_path, max_steps=4, eval_every=2, log_every=2, tensorboard=True),
+                   evaluate=evaluate, step_metrics=step_metrics)
+    records = [json.loads(x) for x in Path(tmp_path, "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [2, 4]
+    assert all(r["eval_score"] == 0.5 and 0 <= r["nsp_acc"] <= 1 for r in records)
+    assert {"loss", "lr", "grad_norm", "tokens_per_s", "tokens_seen"} <= set(records[-1])
+    assert records[-1]["tokens_seen"] == 4 * 8 * T
+    assert result.metrics["eval_score"] == 0.5
+    has_tb = importlib.util.find_spec("tensorboard") is not None
+    assert Path(tmp_path, "tensorboard").is_dir() == has_tb  # optional: a warning without it
+
+
+def test_ddp_two_gloo_processes_match_one_process(tmp_path):
+    """torchrun, 2 processes x 2 micro x 2 accumulation == 1 process x 2 micro x 4."""
+    single = train(make_model(0.0), make_data(), collate,
+                   config(tmp_path / "one", max_steps=4, micro_batch_size=2, save_every=0))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         __file__, "ddp", str(tmp_path / "two")],
+        capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ddp = json.loads(Path(tmp_path, "two", "losses.json").read_text())
+    assert ddp == pytest.approx(single.losses, rel=1e-5)
+    assert ddp[-1] < ddp[0]
+    assert [s for s, _ in list_checkpoints(tmp_path / "two")] == [4]  # rank 0 alone saved
+
+
+def _child(mode: str, out: str, *rest: str) -> None:
+    """The killed child (mode kill) and the torchrun worker (mode ddp)."""
+    if mode == "kill":
+        torch.set_num_threads(int(rest[1]))
+        train(make_model(), make_data(), KillingCollate(int(rest[0]), signal.SIGKILL),
+              config(out))
+    elif mode == "ddp":
+        from bertkit.training import distributed
+
+        distributed.setup(os.environ)
+        result = train(make_model(0.0), make_data(), collate,
+                       config(out, max_steps=4, micro_batch_size=2, save_every=0))
+        if distributed.rank() == 0:
+            Path(out, "losses.json").write_text(json.dumps(result.losses))
+        distributed.teardown()
+
+
+if __name__ == "__main__":
+    _child(*sys.argv[1:])

@@ -1,0 +1,225 @@
+"""`bertkit pretrain` on real text (two book excerpts from ../shared/data), the objectives, the
+inspection commands and the refusals of bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.cli.main import main
+from bertkit.config import BertConfig
+from bertkit.data.chunks import ChunkConfig
+from bertkit.data.instances import InstanceConfig
+from bertkit.data.prepare import PrepareConfig, prepare
+from bertkit.data.shards import ShardDataset
+from bertkit.heads import BertForPreTraining
+from bertkit.pretrain import ltr_targets, make_collate
+from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization.trainer import TrainerConfig, save_vocab, train_from_texts
+
+SEQ = 64
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """On a shared, oversubscribed CPU two OpenMP threads are ~10x slower than one."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def make_tokenizer(texts: list[str], out: Path, size: int) -> BertTokenizer:
+    save_vocab(train_from_texts(texts, TrainerConfig(vocab_size=size)), out, True)
+    return BertTokenizer.from_pretrained(out)
+
+
+@pytest.fixture(scope="session")
+def corpus(shared_data, tmp_path_factory):
+    """Two book excerpts, an 800-token vocabulary learned on them, statically masked shards."""
+    root = tmp_path_factory.mktemp("pretrain")
+    files = []
+    for name in ("carroll-alice.txt", "austen-pride_and_prejudice.txt"):
+        text = (shared_data / "books" / name).read_text(encoding="utf-8")[:50_000]
+        files.append(root / name)
+        files[-1].write_text(text, encoding="utf-8")
+    texts = [f.read_text(encoding="utf-8") for f in files]
+    tokenizer = make_tokenizer(texts, root / "tok", 800)
+    chunk = ChunkConfig(instance=InstanceConfig(max_seq_length=SEQ), dupe_factor=2,
+                        max_predictions_per_seq=10)
+    prepare(files, tokenizer, root / "shards", PrepareConfig(chunk=chunk, shard_size=400),
+            progress=False)
+    dynamic = ChunkConfig(instance=InstanceConfig(max_seq_length=SEQ), dupe_factor=1,
+                          dynamic_masking=True)
+    prepare(files, tokenizer, root / "dynamic", PrepareConfig(chunk=dynamic), progress=False)
+    config = {"vocab_size": 800, "hidden_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 2, "intermediate_size": 128, "max_position_embeddings": SEQ,
+              "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    (root / "config.json").write_text(json.dumps(config))
+    return {"root": root, "files": files, "texts": texts, "tok": root / "tok",
+            "shards": root / "shards", "dynamic": root / "dynamic", "config": root / "config.json"}
+
+
+def pretrain(corpus, out, *extra: str) -> int:
+    return main(["pretrain", "--data", str(corpus["shards"]), "--output", str(out),
+                 "--config", str(corpus["config"]), "--tokenizer", str(corpus["tok"]),
+                 "--batch-size", "16", "--lr", "3e-3", "--warmup-ratio", "0.05",
+                 "--no-progress", *extra])
+
+
+def records(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_loss_falls_on_real_text_then_the_model_fills_masks(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert pretrain(corpus, out, "--max-steps", "150", "--log-every", "10",
+                    "--eval-every", "75", "--eval-holdout", "64", "--eval-batches", "4") == 0
+    logged = records(out)
+    first, last = logged[0], logged[-1]
+    assert first["step"] == 10 and last["step"] == 150
+    assert last["mlm_loss"] < first["mlm_loss"] - 1.0  # ln(800) = 6.7 at the start
+    assert last["mlm_acc"] > first["mlm_acc"]
+    assert last["eval_mlm_loss"] < 5.0
+    assert {"nsp_loss", "nsp_acc", "lr", "grad_norm", "tokens_per_s"} <= set(last)
+    model_dir = out / "model"
+    assert (model_dir / "vocab.txt").is_file() and (model_dir / "model.safetensors").is_file()
+    capsys.readouterr()
+    assert main(["fill-mask", str(model_dir), "alice was beginning to [MASK] very tired",
+                 "--top-k", "3"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0].startswith("[MASK] at token") and len(shown) == 4
+    probs = [float(line.split()[-1]) for line in shown[1:]]
+    assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1.0001
+    assert main(["nsp", str(model_dir), "Alice was tired.", "She sat down."]) == 0
+    p = float(capsys.readouterr().out.split()[-1])
+    assert 0.0 <= p <= 1.0
+    assert main(["plot", str(out)]) == 0
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ltr_objective_trains_with_a_causal_mask(corpus, tmp_path):
+    out = tmp_path / "ltr"
+    assert pretrain(corpus, out, "--objective", "ltr", "--max-steps", "4", "--log-every", "1",
+                    "--eval-holdout", "0") == 0
+    logged = records(out)
+    assert len(logged) == 4 and all("nsp_loss" not in r for r in logged)
+    assert logged[0]["mlm_loss"] == pytest.approx(np.log(800), abs=0.6)  # every next token
+
+
+def test_ltr_causal_mask_hides_the_future():
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=16)
+    model = BertForPreTraining(config).eval()
+    ids = torch.randint(5, 50, (2, 10))
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids),
+             "attention_mask": torch.ones_like(ids)}
+    changed = ids.clone()
+    changed[:, 6] = (ids[:, 6] + 1 - 5) % 45 + 5  # a different token at position 6
+    with torch.no_grad():
+        a = model(**ltr_targets(batch)).mlm_logits  # (B, T-1, V): prediction of token t+1
+        b = model(**ltr_targets({**batch, "input_ids": changed})).mlm_logits
+        bidi = model(**{**ltr_targets({**batch, "input_ids": changed}), "causal": False})
+    torch.testing.assert_close(a[:, :6], b[:, :6])  # positions before the change: unchanged
+    assert not torch.allclose(a[:, 6:], b[:, 6:])
+    assert not torch.allclose(bidi.mlm_logits[:, :6], b[:, :6])  # without the mask they see it
+    targets = ltr_targets(batch)
+    assert torch.equal(targets["masked_lm_ids"], ids[:, 1:])
+    assert torch.equal(targets["masked_lm_positions"][0], torch.arange(9))
+
+
+def test_dynamic_masking_state_round_trips(corpus):
+    tokenizer = BertTokenizer.from_pretrained(corpus["tok"])
+    dataset = ShardDataset(corpus["dynamic"])
+    items = [dataset[i] for i in range(8)]
+    collate = make_collate(dataset, "mlm+nsp", tokenizer, seed=3)
+    first = collate(items)
+    state = collate.state_dict()
+    second = collate(items)
+    assert not torch.equal(first["masked_lm_positions"], second["masked_lm_positions"])
+    again = make_collate(dataset, "mlm+nsp", tokenizer, seed=99)
+    again.load_state_dict(state)
+    for key, value in again(items).items():
+        assert torch.equal(value, second[key]), key
+
+
+def failing(capsys, argv_tail, corpus, out) -> str:
+    capsys.readouterr()
+    assert pretrain(corpus, out, *argv_tail) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("bertkit: error:") and "\n" not in err
+    return err
+
+
+def test_bad_input_gets_one_clear_line(corpus, tmp_path, capsys):
+    out = tmp_path / "bad"
+    missing = ["--data", str(tmp_path / "nowhere"), "--max-steps", "1"]
+    assert "shard folder not found" in failing(capsys, missing, corpus, out)
+    other_vocab = tmp_path / "other"
+    make_tokenizer(corpus["texts"], other_vocab, 700)
+    err = failing(capsys, ["--tokenizer", str(other_vocab), "--max-steps", "1"], corpus, out)
+    assert "prepared with tokenizer" in err
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps({**json.loads(corpus["config"].read_text()),
+                                 "max_position_embeddings": 32}))
+    err = failing(capsys, ["--config", str(short), "--max-steps", "1"], corpus, out)
+    assert "max_position_embeddings=32" in err
+    wide = tmp_path / "wide.json"
+    wide.write_text(json.dumps({**json.loads(corpus["config"].read_text()), "vocab_size": 900}))
+    err = failing(capsys, ["--config", str(wide), "--max-steps", "1"], corpus, out)
+    assert "vocab_size=900" in err
+    broken = tmp_path / "broken"
+    shutil.copytree(corpus["shards"], broken)
+    ids = broken / "shard-00001" / "input_ids.npy"
+    ids.write_bytes(ids.read_bytes()[:200])
+    err = failing(capsys, ["--data", str(broken), "--max-steps", "1"], corpus, out)
+    assert "shard-00001: corrupted shard" in err
+    err = failing(capsys, ["--resume", "--max-steps", "1"], corpus, out)
+    assert "no checkpoint" in err
+    err = failing(capsys, ["--objective", "sop", "--max-steps", "1"], corpus, out)
+    assert "prepared for objective 'mlm+nsp'" in err
+
+
+def test_two_phases_then_continued_pretraining_with_init(corpus, tmp_path):
+    out = tmp_path / "phases"
+    assert pretrain(corpus, out, "--max-steps", "20", "--log-every", "5", "--eval-holdout", "0",
+                    "--phase2-data", str(corpus["dynamic"]), "--phase2-steps", "4") == 0
+    assert [r["step"] for r in records(out)] == [5, 10, 15, 20]
+    assert [r["step"] for r in records(out / "phase2")] == [4]
+    from bertkit.cli.pretrain_cmds import read_metrics
+
+    assert [r["step"] for r in read_metrics(out)] == [5, 10, 15, 20, 24]
+    # --resume after both phases finished: phase 1 is skipped, phase 2 has nothing left to do.
+    assert pretrain(corpus, out, "--max-steps", "20", "--eval-holdout", "0", "--resume",
+                    "--phase2-data", str(corpus["dynamic"]), "--phase2-steps", "4") == 0
+    # Continued pre-training from the export (no --config: the architecture comes with it).
+    cont = tmp_path / "continued"
+    assert main(["pretrain", "--data", str(corpus["shards"]), "--output", str(cont),
+                 "--init", str(out / "model"), "--batch-size", "16", "--max-steps", "2",
+                 "--log-every", "1", "--eval-holdout", "0", "--no-progress"]) == 0
+    fresh_loss = np.log(800) + np.log(2)  # an untrained model: uniform MLM + uniform NSP
+    assert records(cont)[0]["loss"] < fresh_loss - 1.0
+
+
+def test_objectives_shape_the_batch(corpus):
+    dataset = ShardDataset(corpus["shards"])
+    items = [dataset[i] for i in range(6)]
+    mask_id = int(dataset.meta["tokenizer"]["mask_token_id"])
+    both = make_collate(dataset, "mlm+nsp", None, 0)(items)
+    assert "next_sentence_label" in both and (both["input_ids"] == mask_id).any()
+    mlm = make_collate(dataset, "mlm", None, 0)(items)
+    assert "next_sentence_label" not in mlm
+    assert torch.equal(mlm["masked_lm_positions"], both["masked_lm_positions"])
+    ltr = make_collate(dataset, "ltr", None, 0)(items)
+    assert ltr["causal"] is True and "next_sentence_label" not in ltr
+    assert not (ltr["input_ids"] == mask_id).any()  # the original text, restored
+    rows = torch.arange(6).unsqueeze(1)
+    restored = ltr["input_ids"][rows, both["masked_lm_positions"]]  # (B, P)
+    real = both["masked_lm_weights"] > 0
+    assert torch.equal(restored[real], both["masked_lm_ids"][real])
