@@ -179,7 +179,8 @@ def attention_bool_mask(attention_mask, T: int, causal: bool, device) -> torch.T
     """Boolean mask broadcastable to (B, N, T, T), True = may attend; None when nothing is hidden
     (lets SDPA pick its fastest kernel)."""
     mask = None
-    if attention_mask is not None and not bool(attention_mask.all()):
+    # Checking for "no padding" reads a value back (a graph break under torch.compile): there, keep the mask.
+    if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
         mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T): keys that are real
     if causal:
         tri = torch.ones(T, T, dtype=torch.bool, device=device).tril()  # (T, T): key <= query
@@ -188,7 +189,10 @@ def attention_bool_mask(attention_mask, T: int, causal: bool, device) -> torch.T
 
 
 def check_inputs(config: BertConfig, input_ids, token_type_ids, attention_mask, position_ids):
-    """Bad ids make embedding lookups fail deep inside (or silently on some devices): say so here."""
+    """Bad ids make embedding lookups fail deep inside (or silently on some devices): say so here.
+    Skipped inside torch.compile, where reading values back would break the graph."""
+    if torch.compiler.is_compiling():
+        return
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
         shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids)
         raise ValueError(f"input_ids must be a 2-D tensor (batch, tokens), got {shape}")
@@ -211,9 +215,11 @@ def check_inputs(config: BertConfig, input_ids, token_type_ids, attention_mask, 
 
 
 def check_range(name: str, t: torch.Tensor, size: int) -> None:
-    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= size):
-        raise ValueError(f"{name} out of range: values must be in [0, {size}), "
-                         f"got min {int(t.min())} max {int(t.max())}")
+    if not t.numel():
+        return
+    low, high = int(t.min()), int(t.max())
+    if low < 0 or high >= size:
+        raise ValueError(f"{name} out of range: values must be in [0, {size}), got min {low} max {high}")
 
 
 @torch.no_grad()

@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "bertkit.cli.tokenize_cmds",
     "bertkit.cli.prepare_cmds",
     "bertkit.cli.pretrain_cmds",
+    "bertkit.cli.vocab_cmds",
 ]
 
 
