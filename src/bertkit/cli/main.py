@@ -15,6 +15,7 @@ import sys
 COMMAND_MODULES = [
     "bertkit.cli.model_cmds",
     "bertkit.cli.tokenize_cmds",
+    "bertkit.cli.inference_cmds",
     "bertkit.cli.prepare_cmds",
     "bertkit.cli.pretrain_cmds",
     "bertkit.cli.vocab_cmds",

@@ -1,0 +1,281 @@
+"""`bertkit embed`, `features`, `similarity` and `export`: put a BERT to work on texts.
+
+Input files: `.txt` (one text per line; an empty line is an empty text, so line i -> vector i),
+`.jsonl` (one object per line with a `--column` string, or a bare JSON string; blank lines
+skipped), `.csv` / `.tsv` (a header row naming `--column`). A bad record stops the run with its
+file and line number before any model work is done.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from bertkit.errors import BertkitError
+from bertkit.inference import COMBINES, POOLINGS, PRECISIONS, Encoder, TokenFeatures
+from bertkit.io_utils import atomic_path
+
+log = logging.getLogger("bertkit")
+
+
+def register(subparsers) -> None:
+    embed = subparsers.add_parser("embed", help="texts -> one vector each (.npy or .jsonl)")
+    _model_args(embed)
+    _input_args(embed)
+    embed.add_argument("--output", required=True, help="vectors.npy (float32, N x H) or .jsonl")
+    embed.add_argument("--pooling", choices=POOLINGS,
+                       help="default: the model's own (sentence-transformers config), else cls")
+    embed.add_argument("--normalize", action="store_true", help="L2-normalize each vector")
+    embed.set_defaults(func=run_embed)
+
+    feats = subparsers.add_parser("features", help="per-token vectors of chosen layers (.jsonl)")
+    _model_args(feats)
+    _input_args(feats)
+    feats.add_argument("--output", required=True, help="features.jsonl")
+    feats.add_argument("--layers", default="-1,-2,-3,-4",
+                       help="comma-separated, written --layers=-1,-2 (argparse reads a bare -1 as an "
+                            "option); -1 = last layer, 0 = embeddings (default -1,-2,-3,-4)")
+    feats.add_argument("--combine", choices=COMBINES, default="none",
+                       help="none: one entry per layer (Google's extract_features layout); "
+                            "concat/sum: one vector per token")
+    feats.set_defaults(func=run_features)
+
+    sim = subparsers.add_parser("similarity", help="cosine similarity matrix of a few texts")
+    _model_args(sim)
+    sim.add_argument("texts", nargs="+", help="two or more texts")
+    sim.add_argument("--pooling", choices=POOLINGS)
+    sim.set_defaults(func=run_similarity)
+
+    export = subparsers.add_parser("export", help="export the encoder (ONNX), validated")
+    export.add_argument("model", help="model directory (HF layout)")
+    export.add_argument("--format", choices=("onnx",), default="onnx")
+    export.add_argument("--output", default="model.onnx", help="output file (default model.onnx)")
+    export.add_argument("--opset", type=int, default=17)
+    export.add_argument("--no-validate", action="store_true",
+                        help="skip the onnxruntime comparison with PyTorch")
+    export.set_defaults(func=run_export)
+
+
+def _model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="model directory (HF layout, or a sentence-transformers dir)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                        help="bf16: autocast (CPU with AVX512-BF16/AMX, or GPU); int8: dynamic "
+                             "quantization of the linear layers (CPU)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-length", type=int,
+                        help="tokens per input, [CLS]/[SEP] included (default: the model's)")
+
+
+def _input_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input", required=True, help="texts.txt | .jsonl | .csv | .tsv")
+    parser.add_argument("--column", default="text", help="field holding the text (jsonl/csv)")
+    parser.add_argument("--pair-column", help="field holding a second text (segment B)")
+    parser.add_argument("--stride", type=int,
+                        help="cut long texts into windows starting every STRIDE tokens and merge "
+                             "their token vectors (default: truncate at max length)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _encoder(args: argparse.Namespace) -> Encoder:
+    return Encoder(args.model, device=args.device, precision=args.precision,
+                   max_length=args.max_length)
+
+
+# ---- handlers ---------------------------------------------------------------------------------
+
+
+def run_embed(args: argparse.Namespace) -> int:
+    texts, pairs = read_texts(Path(args.input), args.column, args.pair_column)
+    encoder = _encoder(args)
+    vectors = encoder.encode(texts, pairs, pooling=args.pooling, normalize=args.normalize,
+                             batch_size=args.batch_size, stride=args.stride,
+                             progress=not args.no_progress)
+    write_vectors(Path(args.output), vectors)
+    _summary(encoder, args.output)
+    return 0
+
+
+def run_features(args: argparse.Namespace) -> int:
+    layers = parse_layers(args.layers)
+    texts, pairs = read_texts(Path(args.input), args.column, args.pair_column)
+    encoder = _encoder(args)
+    feats = encoder.features(texts, pairs, layers=layers, combine=args.combine,
+                             batch_size=args.batch_size, stride=args.stride,
+                             progress=not args.no_progress)
+    write_features(Path(args.output), feats, layers, args.combine)
+    _summary(encoder, args.output)
+    return 0
+
+
+def run_similarity(args: argparse.Namespace) -> int:
+    if len(args.texts) < 2:
+        raise BertkitError("similarity needs at least two texts")
+    encoder = _encoder(args)
+    vectors = encoder.encode(args.texts, pooling=args.pooling, normalize=True)
+    matrix = vectors @ vectors.T  # (n, n) cosines: the rows are unit vectors
+    for i, text in enumerate(args.texts):
+        print(f"[{i}] {text}")
+    print("     " + " ".join(f"{f'[{j}]':>7}" for j in range(len(args.texts))))
+    for i, row in enumerate(matrix):
+        print(f"{f'[{i}]':<5}" + " ".join(f"{v:7.4f}" for v in row))
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from bertkit.export import export_onnx
+
+    report = export_onnx(args.model, args.output, opset=args.opset,
+                         validate=not args.no_validate)
+    log.info("%s", report.summary())
+    return 0
+
+
+def _summary(encoder: Encoder, output: str) -> None:
+    s = encoder.last_stats
+    rate = s.texts / s.seconds if s.seconds > 0 else float("inf")
+    note = f", {s.truncated} truncated at {encoder.max_length} tokens" if s.truncated else ""
+    windows = f", {s.pieces} windows" if s.pieces != s.texts else ""
+    log.info("%d texts (%d tokens%s%s) in %.1f s (%.0f texts/s) -> %s", s.texts, s.tokens,
+             windows, note, s.seconds, rate, output)
+
+
+# ---- reading and writing ----------------------------------------------------------------------
+
+
+def parse_layers(spec: str) -> list[int]:
+    try:
+        layers = [int(part) for part in spec.split(",") if part.strip()]
+    except ValueError:
+        raise BertkitError(f"--layers: expected comma-separated integers like -1,-2, got {spec!r}"
+                           ) from None
+    if not layers:
+        raise BertkitError("--layers: no layer given")
+    return layers
+
+
+def read_texts(path: Path, column: str = "text", pair_column: str | None = None
+               ) -> tuple[list[str], list[str] | None]:
+    """Texts (and pair texts) of a .txt/.jsonl/.csv/.tsv file; BertkitError names the line."""
+    if not path.is_file():
+        raise BertkitError(f"{path}: no such file")
+    lines = _decoded_lines(path)
+    suffix = path.suffix.lower()
+    if suffix == ".txt":
+        if pair_column:
+            raise BertkitError(f"{path}: --pair-column needs a .jsonl or .csv input")
+        return lines, None
+    if suffix == ".jsonl":
+        rows = _jsonl_rows(path, lines, column, pair_column)
+    elif suffix in (".csv", ".tsv"):
+        rows = _csv_rows(path, lines, column, pair_column, "\t" if suffix == ".tsv" else ",")
+    else:
+        raise BertkitError(f"{path}: unknown input type {suffix!r} (expected .txt, .jsonl, .csv, "
+                           ".tsv)")
+    texts = [text for text, _ in rows]
+    return texts, ([pair for _, pair in rows] if pair_column else None)
+
+
+def _decoded_lines(path: Path) -> list[str]:
+    lines = []
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise BertkitError(f"{path}, line {number}: not valid UTF-8 ({err.reason} at "
+                                   f"byte {err.start})") from None
+            lines.append(line.rstrip("\r\n"))
+    return lines
+
+
+def _field(path: Path, number: int, record: object, name: str) -> str:
+    if not isinstance(record, dict) or name not in record:
+        raise BertkitError(f"{path}, line {number}: expected an object with a {name!r} field")
+    value = record[name]
+    if not isinstance(value, str):
+        raise BertkitError(f"{path}, line {number}: field {name!r} must be a string, "
+                           f"got {type(value).__name__}")
+    return value
+
+
+def _jsonl_rows(path: Path, lines: list[str], column: str, pair_column: str | None
+                ) -> list[tuple[str, str | None]]:
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise BertkitError(f"{path}, line {number}: invalid JSON ({err.msg})") from None
+        if isinstance(record, str) and pair_column is None:
+            rows.append((record, None))
+            continue
+        pair = _field(path, number, record, pair_column) if pair_column else None
+        rows.append((_field(path, number, record, column), pair))
+    return rows
+
+
+def _csv_rows(path: Path, lines: list[str], column: str, pair_column: str | None,
+              delimiter: str) -> list[tuple[str, str | None]]:
+    reader = csv.reader(lines, delimiter=delimiter)
+    header = next(reader, None)
+    if header is None:
+        raise BertkitError(f"{path}: empty file (expected a header row)")
+    wanted = [column] + ([pair_column] if pair_column else [])
+    for name in wanted:
+        if name not in header:
+            raise BertkitError(f"{path}, line 1: no column {name!r} in the header "
+                               f"({', '.join(header)}); choose one with --column")
+    index = [header.index(name) for name in wanted]
+    rows = []
+    for record in reader:
+        if not record:
+            continue
+        if len(record) != len(header):
+            raise BertkitError(f"{path}, line {reader.line_num}: {len(record)} fields, the header "
+                               f"has {len(header)}")
+        rows.append((record[index[0]], record[index[1]] if pair_column else None))
+    return rows
+
+
+def write_vectors(path: Path, vectors: np.ndarray) -> None:
+    suffix = path.suffix.lower()
+    if suffix not in (".npy", ".jsonl"):
+        raise BertkitError(f"{path}: output must be .npy or .jsonl")
+    with atomic_path(path) as tmp, tmp.open("wb") as f:
+        if suffix == ".npy":
+            np.save(f, vectors)
+            return
+        for i, row in enumerate(vectors):
+            record = {"index": i, "embedding": [round(float(v), 6) for v in row]}
+            f.write((json.dumps(record) + "\n").encode("utf-8"))
+
+
+def write_features(path: Path, feats: list[TokenFeatures], layers: list[int], combine: str
+                   ) -> None:
+    """Google's `extract_features.py` layout: one line per text, {"linex_index", "features":
+    [{"token", "offsets", "layers": [{"index", "values"}]}]}; concat/sum give "values" per token."""
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
+        for i, feat in enumerate(feats):
+            tokens = []
+            for t, (token, offsets) in enumerate(zip(feat.tokens, feat.offsets)):
+                entry: dict = {"token": token, "offsets": list(offsets)}
+                vec = feat.vectors[t]
+                if combine == "none":
+                    entry["layers"] = [{"index": layer, "values": _rounded(vec[j])}
+                                       for j, layer in enumerate(layers)]
+                else:
+                    entry["values"] = _rounded(vec)
+                tokens.append(entry)
+            f.write(json.dumps({"linex_index": i, "features": tokens}) + "\n")
+
+
+def _rounded(values: np.ndarray) -> list[float]:
+    return [round(float(v), 6) for v in values]

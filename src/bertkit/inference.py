@@ -1,0 +1,458 @@
+"""Embeddings and per-token features for many texts, fast: `Encoder`.
+
+Shape legend: B pieces in a batch, T longest piece, S real tokens of the batch (sum of lengths),
+H hidden, N heads, D head dim, L layers asked for.
+
+Where the speed comes from, in the order it pays on a CPU:
+- pieces are sorted by token length and batched with their neighbours (dynamic padding); results
+  go back to the input order;
+- packed dense layers: the real tokens of a batch are laid end to end, (S, H), for the embeddings,
+  the linear layers, GELU and LayerNorm; only attention sees the padded (B, N, T, D) layout, so no
+  FLOP outside attention is spent on padding;
+- `torch.inference_mode`; bf16 autocast (CPUs with AVX512-BF16/AMX, GPUs); int8 dynamic
+  quantization of the linear layers as an option.
+
+Long texts are truncated at `max_length` (counted in `last_stats.truncated`) or, with `stride`,
+cut into overlapping windows whose token vectors are merged: each token is taken from the window
+where it has the most context, as in BERT's SQuAD recipe (`_check_is_max_context`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm import tqdm
+
+from bertkit.errors import BertkitError
+from bertkit.model import BertModel, EncoderLayer
+from bertkit.tokenization import BertTokenizer
+
+log = logging.getLogger("bertkit")
+
+Pooling = Literal["cls", "mean", "max"]
+Combine = Literal["concat", "sum", "none"]
+POOLINGS = ("cls", "mean", "max")
+COMBINES = ("concat", "sum", "none")
+PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+
+
+@dataclass
+class InferenceStats:
+    """What the last `encode`/`features` call did (for the CLI summary)."""
+
+    texts: int = 0
+    pieces: int = 0  # model inputs: one per text, more for texts cut into windows
+    tokens: int = 0  # real tokens, [CLS]/[SEP] included
+    padded_tokens: int = 0  # attention slots spent on padding
+    truncated: int = 0  # texts cut at max_length (no stride)
+    seconds: float = 0.0
+
+
+@dataclass
+class TokenFeatures:
+    """Per-token vectors of one text (the layout of Google's `extract_features.py`)."""
+
+    tokens: list[str]
+    offsets: list[tuple[int, int]]  # character offsets into the text; (0, 0) for [CLS]/[SEP]
+    type_ids: list[int]  # 0 = first text, 1 = pair text
+    vectors: np.ndarray  # (T, L*H) concat, (T, H) sum, (T, L, H) none
+
+
+@dataclass
+class _Piece:
+    """One model input row: a whole text, or one window of a long text."""
+
+    text: int  # index of the text it comes from
+    ids: list[int]
+    type_ids: list[int]
+    start: int = 0  # index of its first content token among the text's content tokens
+
+
+@dataclass
+class _Tokenized:
+    """One text after tokenization, [CLS]/[SEP] included, before windowing."""
+
+    ids: list[int]
+    type_ids: list[int]
+    tokens: list[str]
+    offsets: list[tuple[int, int]]
+
+
+class Encoder:
+    """Texts -> vectors (`encode`) or per-token features (`features`) with a BERT encoder.
+
+    `Encoder(model_dir)` loads the model and tokenizer from an HF-layout directory; a
+    sentence-transformers directory also gives the default pooling (`1_Pooling/config.json`) and
+    maximum length (`sentence_bert_config.json`). `Encoder(model, tokenizer=tok)` wraps objects.
+    """
+
+    def __init__(self, model: str | os.PathLike | BertModel, tokenizer: BertTokenizer | None = None,
+                 *, device: str | torch.device = "cpu", precision: str = "fp32",
+                 max_length: int | None = None, pooling: Pooling | None = None,
+                 packed: bool = True):
+        if precision not in PRECISIONS:
+            raise BertkitError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        st_length, st_pooling = None, None
+        if not isinstance(model, nn.Module):
+            model_dir = Path(model)
+            st_length, st_pooling = sentence_transformers_settings(model_dir)
+            tokenizer = tokenizer or BertTokenizer.from_pretrained(model_dir)
+            model = BertModel.from_pretrained(model_dir)
+        if tokenizer is None:
+            raise BertkitError("Encoder(model) needs tokenizer=... when given a model object")
+        self.device = torch.device(device)
+        self.precision = precision
+        self.tokenizer = tokenizer
+        self.config = model.config
+        self.max_length = min(max_length or st_length or self.config.max_position_embeddings,
+                              self.config.max_position_embeddings)
+        if self.max_length < 3:
+            raise BertkitError(f"max_length must be at least 3 ([CLS] x [SEP]), got {max_length}")
+        self.default_pooling: Pooling = pooling or st_pooling or "cls"
+        self.packed = packed
+        self.model = prepare_model(model, self.device, precision)
+        self.last_stats = InferenceStats()
+
+    # ---- public API -------------------------------------------------------------------------
+
+    def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
+               pooling: Pooling | None = None, normalize: bool = False, batch_size: int = 32,
+               stride: int | None = None, progress: bool = False) -> np.ndarray:
+        """One vector per text, (len(texts), H) float32, in the input order."""
+        pooling = pooling or self.default_pooling
+        if pooling not in POOLINGS:
+            raise BertkitError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        start_time = time.perf_counter()
+        items = self._tokenize(texts, pairs)
+        pieces = self._pieces(items, stride)
+        out = np.zeros((len(texts), self.config.hidden_size), dtype=np.float32)
+        windowed: dict[int, list[tuple[int, torch.Tensor]]] = {}
+        n_windows = count_by_text(pieces)
+        for batch, (hidden,) in self._run(pieces, [self.config.num_hidden_layers], batch_size,
+                                          progress):
+            lengths = [len(p.ids) for p in batch]
+            single = [i for i, p in enumerate(batch) if n_windows[p.text] == 1]
+            if single:
+                pooled = pool_packed(hidden.float(), lengths, pooling)  # (B, H)
+                rows = [batch[i].text for i in single]
+                out[rows] = pooled[single].cpu().numpy()
+            if len(single) < len(batch):
+                for piece, vec in zip(batch, hidden.float().split(lengths)):
+                    if n_windows[piece.text] > 1:
+                        windowed.setdefault(piece.text, []).append((piece.start, vec))
+        for text, parts in windowed.items():
+            merged = merge_windows(parts, len(items[text].ids) - 2)  # (T, H)
+            out[text] = pool_packed(merged, [merged.shape[0]], pooling)[0].cpu().numpy()
+        if normalize:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        self.last_stats.seconds = time.perf_counter() - start_time
+        return out
+
+    def features(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
+                 layers: Sequence[int] = (-1, -2, -3, -4), combine: Combine = "concat",
+                 batch_size: int = 32, stride: int | None = None,
+                 progress: bool = False) -> list[TokenFeatures]:
+        """Per-token vectors of the given layers (HF `hidden_states` numbering: 0 = embeddings,
+        -1 = last layer), with tokens and character offsets. The paper's feature-based NER used
+        the concat of the last four layers."""
+        if combine not in COMBINES:
+            raise BertkitError(f"combine must be one of {', '.join(COMBINES)}, got {combine!r}")
+        hidden_index = [self._hidden_index(i) for i in layers]
+        start_time = time.perf_counter()
+        items = self._tokenize(texts, pairs)
+        pieces = self._pieces(items, stride)
+        parts: dict[int, list[tuple[int, torch.Tensor]]] = {}
+        for batch, hidden in self._run(pieces, hidden_index, batch_size, progress):
+            stacked = torch.stack([h.float() for h in hidden], dim=1)  # (S, L, H)
+            for piece, vec in zip(batch, stacked.split([len(p.ids) for p in batch])):
+                parts.setdefault(piece.text, []).append((piece.start, vec.cpu()))
+        result = []
+        for text, item in enumerate(items):
+            vec = merge_windows(parts[text], len(item.ids) - 2)  # (T, L, H)
+            if combine == "concat":
+                vec = vec.reshape(vec.shape[0], -1)  # (T, L*H), layers in the order asked
+            elif combine == "sum":
+                vec = vec.sum(dim=1)  # (T, H)
+            result.append(TokenFeatures(item.tokens, item.offsets, item.type_ids, vec.numpy()))
+        self.last_stats.seconds = time.perf_counter() - start_time
+        return result
+
+    # ---- steps ------------------------------------------------------------------------------
+
+    def _hidden_index(self, layer: int) -> int:
+        n = self.config.num_hidden_layers
+        if not -(n + 1) <= layer <= n:
+            raise BertkitError(f"layer {layer} out of range for a {n}-layer model "
+                               f"(0 = embeddings .. {n}, or -1 = last .. {-(n + 1)})")
+        return layer if layer >= 0 else n + 1 + layer
+
+    def _tokenize(self, texts: Sequence[str], pairs: Sequence[str] | None) -> list[_Tokenized]:
+        """Tokenize in full (`tokenizers` uses its threads); pairs longer than max_length are
+        cut by the tokenizer's longest-first rule, single texts later by `_pieces`."""
+        self.last_stats = InferenceStats(texts=len(texts))
+        encodings = self.tokenizer.encode_batch(texts, pairs, truncation=False)
+        items = []
+        for i, enc in enumerate(encodings):
+            if pairs is not None and len(enc.input_ids) > self.max_length:
+                self.last_stats.truncated += 1
+                enc = self.tokenizer.encode(texts[i], pairs[i], max_length=self.max_length)
+            items.append(_Tokenized(enc.input_ids, enc.token_type_ids, enc.tokens, enc.offsets))
+        return items
+
+    def _pieces(self, items: list[_Tokenized], stride: int | None) -> list[_Piece]:
+        """Cut each long text to max_length: truncate it (and count), or windows with `stride`.
+        A truncated text's item is replaced by its kept part, so features show what was seen."""
+        M = self.max_length
+        if stride is not None and not 1 <= stride <= M - 2:
+            raise BertkitError(f"stride must be in [1, {M - 2}] (max_length - 2), got {stride}")
+        pieces = []
+        for i, item in enumerate(items):
+            if len(item.ids) <= M:
+                pieces.append(_Piece(i, item.ids, item.type_ids))
+            elif stride is None:
+                self.last_stats.truncated += 1
+                cut = slice(0, M - 1)  # keep [CLS] + the first M-2 tokens, then the final [SEP]
+                items[i] = _Tokenized(item.ids[cut] + item.ids[-1:], item.type_ids[:M],
+                                      item.tokens[cut] + item.tokens[-1:],
+                                      item.offsets[cut] + item.offsets[-1:])
+                pieces.append(_Piece(i, items[i].ids, items[i].type_ids))
+            else:
+                pieces.extend(window_pieces(i, item.ids, M, stride))
+        self.last_stats.pieces = len(pieces)
+        return pieces
+
+    def _run(self, pieces: list[_Piece], hidden_index: list[int], batch_size: int,
+             progress: bool):
+        """Yield (batch of pieces, [hidden (S, H) per asked-for layer]) in length-sorted order."""
+        if batch_size < 1:
+            raise BertkitError(f"batch_size must be positive, got {batch_size}")
+        batches = length_batches([len(p.ids) for p in pieces], batch_size)
+        bar = tqdm(total=len(pieces), disable=not progress, unit="text", desc="encoding")
+        with torch.inference_mode(), self._autocast(), bar:
+            for index in batches:
+                batch = [pieces[i] for i in index]
+                packed = pack(batch, self.device)
+                self.last_stats.tokens += packed.num_tokens
+                self.last_stats.padded_tokens += len(batch) * packed.max_len - packed.num_tokens
+                if self.packed:
+                    hidden = packed_forward(self.model, packed, hidden_index)
+                else:
+                    hidden = padded_forward(self.model, packed, hidden_index)
+                yield batch, hidden
+                bar.update(len(batch))
+
+    def _autocast(self) -> AbstractContextManager:
+        if self.precision in ("bf16", "fp16"):
+            dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+            return torch.autocast(self.device.type, dtype=dtype)
+        return nullcontext()
+
+
+# ---- model preparation ----------------------------------------------------------------------
+
+
+def sentence_transformers_settings(model_dir: Path) -> tuple[int | None, Pooling | None]:
+    """(max_seq_length, pooling) of a sentence-transformers directory, (None, None) otherwise:
+    all-MiniLM-L6-v2 was trained with 256 tokens and mean pooling, and its vectors need both."""
+    length, pooling = None, None
+    st_config = model_dir / "sentence_bert_config.json"
+    if st_config.is_file():
+        length = json.loads(st_config.read_text(encoding="utf-8")).get("max_seq_length")
+    pool_config = model_dir / "1_Pooling" / "config.json"
+    if pool_config.is_file():
+        modes = json.loads(pool_config.read_text(encoding="utf-8"))
+        for mode, name in (("cls_token", "cls"), ("mean_tokens", "mean"), ("max_tokens", "max")):
+            if modes.get(f"pooling_mode_{mode}"):
+                pooling = name
+                break
+    return length, pooling
+
+
+def prepare_model(model: BertModel, device: torch.device, precision: str) -> nn.Module:
+    """Eval mode on `device`. bf16/fp16: a copy whose linear weights are cast once (autocast
+    would cast them again for every batch), LayerNorm and embeddings stay fp32. int8: a copy with
+    dynamically quantized linear layers (int8 weights per output channel, activations quantized
+    per batch), CPU only. The pooler is never used here."""
+    if precision == "int8" and device.type != "cpu":
+        raise BertkitError("precision int8 (dynamic quantization) runs on the CPU only")
+    if precision == "fp16" and device.type == "cpu":
+        raise BertkitError("precision fp16 needs a GPU; use bf16 on the CPU")
+    if precision in ("bf16", "fp16"):
+        model = copy.deepcopy(model)
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                module.to(dtype)
+    model = model.to(device).eval()
+    if precision == "int8":
+        with warnings.catch_warnings():
+            # torch.ao's eager quantization is deprecated in favour of torchao, which is not a
+            # dependency; the notice would only puzzle users of this option
+            warnings.simplefilter("ignore")
+            qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
+            model = torch.ao.quantization.quantize_dynamic(model, {nn.Linear: qconfig},
+                                                           dtype=torch.qint8)
+    return model
+
+
+# ---- batching, windows, pooling --------------------------------------------------------------
+
+
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length, longest first (memory trouble shows at
+    once, not after an hour); the caller puts the results back in the input order."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def window_pieces(text: int, ids: list[int], max_length: int, stride: int) -> list[_Piece]:
+    """[CLS] c_s .. c_{s+W-1} [SEP] windows of W = max_length-2 content tokens, starting every
+    `stride` tokens (Google's doc_stride), until the last content token is covered."""
+    content = ids[1:-1]
+    W = max_length - 2
+    pieces, start = [], 0
+    while True:
+        window = content[start:start + W]
+        pieces.append(_Piece(text, ids[:1] + window + ids[-1:], [0] * (len(window) + 2), start))
+        if start + W >= len(content):
+            return pieces
+        start += stride
+
+
+def count_by_text(pieces: list[_Piece]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for piece in pieces:
+        counts[piece.text] = counts.get(piece.text, 0) + 1
+    return counts
+
+
+def merge_windows(parts: list[tuple[int, torch.Tensor]], n_content: int) -> torch.Tensor:
+    """Token vectors of a text's windows -> one (n_content + 2, ...) sequence. Each content token
+    comes from the window where min(left, right) context is largest (+0.01 x window length to
+    break ties, as BERT's run_squad); [CLS] and [SEP] are averaged over the windows."""
+    if len(parts) == 1:
+        return parts[0][1]
+    first = parts[0][1]
+    out = first.new_zeros((n_content + 2, *first.shape[1:]))
+    best = torch.full((n_content,), -1.0, device=first.device)
+    for start, vec in parts:
+        W = vec.shape[0] - 2
+        j = torch.arange(W, device=first.device)
+        score = torch.minimum(j, W - 1 - j) + 0.01 * W  # (W,)
+        take = score > best[start:start + W]
+        best[start:start + W] = torch.where(take, score, best[start:start + W])
+        out[1 + start:1 + start + W][take] = vec[1:-1][take]
+    out[0] = torch.stack([vec[0] for _, vec in parts]).mean(0)
+    out[-1] = torch.stack([vec[-1] for _, vec in parts]).mean(0)
+    return out
+
+
+def pool_packed(x: torch.Tensor, lengths: Sequence[int], pooling: Pooling) -> torch.Tensor:
+    """(S, H) tokens of B pieces laid end to end -> (B, H). Mean and max include [CLS]/[SEP], as
+    sentence-transformers does."""
+    n = torch.as_tensor(lengths, device=x.device)  # (B,)
+    if pooling == "cls":
+        return x.index_select(0, n.cumsum(0) - n)  # the first token of each piece
+    seg = torch.repeat_interleave(torch.arange(len(lengths), device=x.device), n)  # (S,)
+    if pooling == "mean":
+        total = x.new_zeros(len(lengths), x.shape[1]).index_add_(0, seg, x)  # (B, H)
+        return total / n[:, None].to(x.dtype)
+    out = x.new_full((len(lengths), x.shape[1]), float("-inf"))  # (B, H)
+    return out.scatter_reduce_(0, seg[:, None].expand_as(x), x, "amax")
+
+
+# ---- the forward pass on packed tokens -------------------------------------------------------
+
+
+@dataclass
+class PackedBatch:
+    input_ids: torch.Tensor  # (S,) the real tokens of B pieces, end to end
+    type_ids: torch.Tensor  # (S,)
+    positions: torch.Tensor  # (S,) position of each token in its piece
+    scatter: torch.Tensor | None  # (S,) row of each token in the padded (B*T) layout; None = no pad
+    mask: torch.Tensor | None  # (B, 1, 1, T) True = real key; None when no piece is padded
+    lengths: list[int]
+    max_len: int
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.numel())
+
+
+def pack(pieces: Sequence[_Piece], device: torch.device) -> PackedBatch:
+    lengths = [len(p.ids) for p in pieces]
+    B, T = len(pieces), max(lengths)
+    ids = torch.tensor([t for p in pieces for t in p.ids], dtype=torch.long)  # (S,)
+    types = torch.tensor([t for p in pieces for t in p.type_ids], dtype=torch.long)  # (S,)
+    n = torch.tensor(lengths)
+    starts = torch.repeat_interleave(n.cumsum(0) - n, n)  # (S,) offset of each token's piece
+    positions = torch.arange(len(ids)) - starts  # (S,)
+    scatter, mask = None, None
+    if min(lengths) < T:
+        rows = torch.repeat_interleave(torch.arange(B), n)  # (S,)
+        scatter = (rows * T + positions).to(device)  # (S,)
+        mask = (torch.arange(T)[None, :] < n[:, None])[:, None, None, :].to(device)  # (B,1,1,T)
+    return PackedBatch(ids.to(device), types.to(device), positions.to(device), scatter, mask,
+                       lengths, T)
+
+
+def packed_forward(model: BertModel, batch: PackedBatch, hidden_index: list[int]
+                   ) -> list[torch.Tensor]:
+    """`model`'s encoder on packed tokens: hidden states (S, H) for each index asked for
+    (0 = embeddings, i = after layer i), equal to `BertModel.forward` at the real tokens."""
+    emb = model.embeddings
+    x = emb.word_embeddings(batch.input_ids) + emb.token_type_embeddings(batch.type_ids)
+    x = emb.norm(x + emb.position_embeddings(batch.positions))  # (S, H)
+    states = {0: x}
+    last = max(hidden_index)
+    for i, layer in enumerate(model.layers[:last], start=1):
+        x = packed_layer(layer, x, batch)
+        states[i] = x
+    return [states[i] for i in hidden_index]
+
+
+def packed_layer(layer: EncoderLayer, x: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+    """One post-LN block; dense parts on (S, H), attention on the padded layout."""
+    attn = layer.attention
+    B, T, H = len(batch.lengths), batch.max_len, x.shape[-1]
+    N = attn.num_heads
+    D = H // N
+    qkv = attn.qkv(x)  # (S, 3H)
+    if batch.scatter is not None:
+        padded = qkv.new_zeros(B * T, 3 * H).index_copy_(0, batch.scatter, qkv)  # (B*T, 3H)
+        qkv = padded
+    q, k, v = qkv.view(B, T, 3, N, D).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, N, T, D)
+    ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=batch.mask)  # (B, N, T, D)
+    ctx = ctx.transpose(1, 2).reshape(B * T, H)  # (B*T, H)
+    if batch.scatter is not None:
+        ctx = ctx.index_select(0, batch.scatter)  # (S, H)
+    x = layer.attention_norm(x + attn.out(ctx))
+    return layer.ffn_norm(x + layer.ffn(x))
+
+
+def padded_forward(model: BertModel, batch: PackedBatch, hidden_index: list[int]
+                   ) -> list[torch.Tensor]:
+    """The plain `BertModel.forward` on the padded batch, results packed to (S, H) (reference
+    path, and the one to use if the packed path ever disagrees with a changed model.py)."""
+    B, T = len(batch.lengths), batch.max_len
+    ids = batch.input_ids.new_zeros(B * T)
+    types = batch.type_ids.new_zeros(B * T)
+    mask = torch.zeros(B * T, dtype=torch.long, device=ids.device)
+    rows = batch.scatter if batch.scatter is not None else torch.arange(B * T, device=ids.device)
+    ids[rows], types[rows], mask[rows] = batch.input_ids, batch.type_ids, 1
+    out = model(ids.view(B, T), types.view(B, T), mask.view(B, T), output_hidden_states=True)
+    return [out.hidden_states[i].reshape(B * T, -1).index_select(0, rows) for i in hidden_index]
