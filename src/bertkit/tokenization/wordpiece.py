@@ -44,14 +44,22 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, processors
 from bertkit.errors import BertkitError
 from bertkit.io_utils import atomic_write_text
 from bertkit.tokenization.basic import build_normalizer, build_pre_tokenizer
+from bertkit.tokenization.batching import pad_rows, to_tensors
+from bertkit.tokenization.vocab_io import (
+    CLS,
+    MASK,
+    PAD,
+    SEP,
+    SPECIAL_TOKENS,
+    UNK,
+    check_vocab,
+    known_max_length,
+    load_vocab,
+    read_tokenizer_config,
+)
 
-UNK, CLS, SEP, PAD, MASK = "[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"
-SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 _SPECIAL_NAMES = ("pad", "unk", "cls", "sep", "mask")  # HF's tokenizer_config keys: pad_token ...
-REQUIRED_TOKENS = (UNK, CLS, SEP)
 DEFAULT_MAX_CHARS_PER_WORD = 100
-# HF writes int(1e30) as model_max_length to mean "no limit known".
-_NO_LIMIT_SENTINEL = 10**9
 
 Padding = bool | Literal["longest", "max_length"]
 TensorKind = Literal["pt", "np"] | None
@@ -76,41 +84,6 @@ class Encoding:
 
     def __len__(self) -> int:
         return len(self.input_ids)
-
-
-def load_vocab(path: str | os.PathLike) -> dict[str, int]:
-    """Read vocab.txt (one token per line, id = line number from 0), as BERT and HF do."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BertkitError(f"{path}: vocabulary file not found") from None
-    except UnicodeDecodeError as err:
-        raise BertkitError(f"{path}: not UTF-8 text (byte {err.start})") from None
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the final newline ends the last token, it does not start an empty one
-    vocab: dict[str, int] = {}
-    for index, token in enumerate(lines):
-        if token in vocab:
-            raise BertkitError(
-                f"{path}: line {index + 1}: token {token!r} repeats line {vocab[token] + 1}"
-            )
-        vocab[token] = index
-    return vocab
-
-
-def _check_vocab(vocab: Mapping[str, int]) -> dict[str, int]:
-    """Ids must be 0..N-1 so vocab.txt (whose line number is the id) can hold them."""
-    if sorted(vocab.values()) != list(range(len(vocab))):
-        raise BertkitError("vocabulary ids must be 0..N-1, each used once")
-    missing = [token for token in REQUIRED_TOKENS if token not in vocab]
-    if missing:
-        raise BertkitError(f"vocabulary lacks required special tokens: {', '.join(missing)}")
-    broken = [token for token in vocab if "\n" in token or "\r" in token]
-    if broken:
-        raise BertkitError(f"vocabulary token {broken[0]!r} contains a line break")
-    return dict(vocab)
 
 
 def truncated_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
@@ -173,7 +146,7 @@ class BertTokenizer:
             raise BertkitError(f"max_input_chars_per_word must be >= 1, got {max_input_chars_per_word}")
         if model_max_length is not None and model_max_length < 2:
             raise BertkitError(f"model_max_length must be >= 2, got {model_max_length}")
-        self._vocab = _check_vocab(vocab)
+        self._vocab = check_vocab(vocab)
         self._id_to_token = {index: token for token, index in self._vocab.items()}
         self._do_lower_case = bool(do_lower_case)
         self._split_special_tokens = bool(split_special_tokens)
@@ -194,13 +167,13 @@ class BertTokenizer:
         vocab_path = directory / "vocab.txt"
         if not vocab_path.is_file():
             raise BertkitError(f"{directory}: no vocab.txt (a WordPiece vocabulary, one token a line)")
-        config = _read_tokenizer_config(directory / "tokenizer_config.json")
+        config = read_tokenizer_config(directory / "tokenizer_config.json")
         settings = {
             "do_lower_case": config.get("do_lower_case", True),
             "max_input_chars_per_word": config.get(
                 "max_input_chars_per_word", DEFAULT_MAX_CHARS_PER_WORD
             ),
-            "model_max_length": _known_max_length(config.get("model_max_length")),
+            "model_max_length": known_max_length(config.get("model_max_length")),
             "split_special_tokens": config.get("split_special_tokens", False),
         }
         return cls(load_vocab(vocab_path), **{**settings, **overrides})
@@ -415,9 +388,9 @@ class BertTokenizer:
         # of equal length (Google's test vocabulary has none)
         needs_pad = length is not None and any(len(e) < length for e in encodings)
         pad_id = self.pad_token_id if needs_pad else 0
-        rows = _pad_rows(encodings, length, pad_id, return_offsets)
+        rows = pad_rows(encodings, length, pad_id, return_offsets)
         if return_tensors is not None:
-            return _to_tensors(rows, return_tensors)
+            return to_tensors(rows, return_tensors)
         return {key: value[0] for key, value in rows.items()} if single else rows
 
     __call__ = batch_encode
@@ -496,16 +469,6 @@ class BertTokenizer:
         return length
 
 
-# What a pad position holds in each field.
-_PAD_VALUES: dict[str, Any] = {
-    "token_type_ids": 0,
-    "attention_mask": 0,
-    "special_tokens_mask": 1,
-    "offsets": (0, 0),
-    "word_ids": None,
-}
-
-
 def _segment_part(segment: Any, n: int, type_id: int) -> tuple[list[Any], ...]:
     """The first `n` tokens of a `tokenizers` encoding as a row of the Encoding fields."""
     return (
@@ -517,46 +480,6 @@ def _segment_part(segment: Any, n: int, type_id: int) -> tuple[list[Any], ...]:
         segment.word_ids[:n],
         segment.tokens[:n],
     )
-
-
-def _pad_rows(
-    encodings: Sequence[Encoding], length: int | None, pad_id: int, return_offsets: bool
-) -> dict[str, list[list[Any]]]:
-    """One list of rows per output key, each row padded on the right to `length`."""
-    keys = ["input_ids", "token_type_ids", "attention_mask"]
-    if return_offsets:
-        keys += ["offsets", "special_tokens_mask", "word_ids"]
-    rows: dict[str, list[list[Any]]] = {}
-    for key in keys:
-        fill = pad_id if key == "input_ids" else _PAD_VALUES[key]
-        rows[key] = [
-            getattr(e, key) + [fill] * ((len(e) if length is None else length) - len(e))
-            for e in encodings
-        ]
-    return rows
-
-
-def _to_tensors(rows: dict[str, list[list[Any]]], kind: str) -> dict[str, Any]:
-    """(B, T) int64 arrays or tensors; word_ids' None becomes -1."""
-    import numpy as np
-
-    if kind not in ("pt", "np"):
-        raise BertkitError(f"return_tensors must be None, 'pt' or 'np', got {kind!r}")
-    lengths = {len(row) for row in rows["input_ids"]}
-    if len(lengths) > 1:
-        raise BertkitError("rows have different lengths; use padding=True to make tensors")
-    width = lengths.pop() if lengths else 0
-    arrays = {}
-    for key, value in rows.items():
-        if key == "word_ids":
-            value = [[-1 if w is None else w for w in row] for row in value]
-        shape = (len(value), width, 2) if key == "offsets" else (len(value), width)
-        arrays[key] = np.asarray(value, dtype=np.int64).reshape(shape)
-    if kind == "np":
-        return arrays
-    import torch
-
-    return {key: torch.from_numpy(array) for key, array in arrays.items()}
 
 
 def _clean_up_spaces(text: str) -> str:
@@ -588,36 +511,3 @@ def _check_texts(texts: object, name: str) -> list[str]:
     return list(texts)
 
 
-_CONFIG_TYPES = {"do_lower_case": bool, "split_special_tokens": bool, "max_input_chars_per_word": int}
-
-
-def _read_tokenizer_config(path: Path) -> dict[str, Any]:
-    """tokenizer_config.json as a dict ({} when absent); refuses settings we do not implement
-    rather than silently tokenizing differently from the model's own tokenizer."""
-    if not path.is_file():
-        return {}
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BertkitError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(config, dict):
-        raise BertkitError(f"{path}: expected a JSON object")
-    for key, kind in _CONFIG_TYPES.items():
-        if key in config and not isinstance(config[key], kind):
-            raise BertkitError(f"{path}: {key} must be a {kind.__name__}, got {config[key]!r}")
-    lower = config.get("do_lower_case", True)
-    unsupported = {
-        "strip_accents": config.get("strip_accents") not in (None, lower),
-        "tokenize_chinese_chars": config.get("tokenize_chinese_chars", True) is not True,
-        "do_basic_tokenize": config.get("do_basic_tokenize", True) is not True,
-    }
-    for key, bad in unsupported.items():
-        if bad:
-            raise BertkitError(f"{path}: {key}={config[key]!r} is not supported by bertkit")
-    return config
-
-
-def _known_max_length(value: object) -> int | None:
-    if isinstance(value, int) and 2 <= value < _NO_LIMIT_SENTINEL:
-        return value
-    return None
