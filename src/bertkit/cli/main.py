@@ -16,8 +16,9 @@ COMMAND_MODULES = [
     "bertkit.cli.model_cmds",
     "bertkit.cli.tokenize_cmds",
     "bertkit.cli.inference_cmds",
-    "bertkit.cli.prepare_cmds",
     "bertkit.cli.pretrain_cmds",
+    "bertkit.cli.prepare_cmds",
+    "bertkit.cli.finetune_cmds",
     "bertkit.cli.vocab_cmds",
 ]
 

@@ -1,0 +1,115 @@
+"""The user's own sentence (pair) classification or regression data.
+
+CSV (quoted fields allowed), TSV (tab-separated, no quoting, header row) or JSONL (one object per
+line), with named text, optional pair and label columns. For classification the label set is
+whatever the training file holds (numbers in numeric order, other strings alphabetically).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bertkit import metrics as M
+from bertkit.errors import BertkitError
+from bertkit.tasks.base import require_file
+from bertkit.tasks.glue import ClassificationTask, TextExample
+
+FORMATS = (".csv", ".tsv", ".jsonl", ".json")
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    text: str = "text"
+    pair: str | None = None
+    label: str = "label"
+    regression: bool = False
+
+
+def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) of every record in a CSV, TSV or JSONL file."""
+    require_file(path, "a CSV, TSV or JSONL file")
+    suffix = path.suffix.lower()
+    if suffix not in FORMATS:
+        raise BertkitError(f"{path}: unknown format {suffix!r}; expected {', '.join(FORMATS)}")
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        if suffix in (".jsonl", ".json"):
+            return [_json_row(path, n, line) for n, line in enumerate(f, start=1) if line.strip()]
+        if suffix == ".csv":
+            reader = csv.DictReader(f)
+            return [(reader.line_num, row) for row in reader]
+        lines = [(n, line.rstrip("\r\n").split("\t")) for n, line in enumerate(f, start=1)
+                 if line.strip()]
+    if not lines:
+        return []
+    header = lines[0][1]
+    return [(n, dict(zip(header, fields))) for n, fields in lines[1:]]
+
+
+def _json_row(path: Path, number: int, line: str) -> tuple[int, dict[str, Any]]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise BertkitError(f"{path}:{number}: invalid JSON ({err.msg})") from None
+    if not isinstance(row, dict):
+        raise BertkitError(f"{path}:{number}: expected a JSON object")
+    return number, row
+
+
+class CustomTask(ClassificationTask):
+    name = "custom"
+
+    def __init__(self, columns: ColumnSpec | None = None):
+        self.columns = columns or ColumnSpec()
+        self.regression = self.columns.regression
+        self.main_metric = "pearson" if self.regression else "accuracy"
+        self.labels = None
+
+    def find_file(self, data_dir: Path, split: str) -> Path:
+        if data_dir.is_file():
+            return data_dir
+        for suffix in FORMATS:
+            if (data_dir / f"{split}{suffix}").is_file():
+                return data_dir / f"{split}{suffix}"
+        return data_dir / f"{split}.csv"
+
+    def read(self, path: Path) -> list[TextExample]:
+        return [self._example(path, number, row) for number, row in read_rows(path)]
+
+    def _example(self, path: Path, number: int, row: dict[str, Any]) -> TextExample:
+        where = f"{path}:{number}"
+        cols = self.columns
+        for name in (cols.text, cols.pair):
+            if name is not None and (row.get(name) is None):
+                raise BertkitError(f"{where}: missing column {name!r} (found "
+                                   f"{', '.join(str(k) for k in row)})")
+        label = row.get(cols.label)
+        if label in ("", None):
+            label = None
+        elif self.regression:
+            try:
+                label = float(label)
+            except (TypeError, ValueError):
+                raise BertkitError(f"{where}: expected a numeric {cols.label!r}, "
+                                   f"got {label!r}") from None
+        else:
+            label = str(label)
+        guid = str(row.get("id", row.get("idx", number)))
+        pair = None if cols.pair is None else str(row[cols.pair])
+        return TextExample(guid, str(row[cols.text]), pair, label, where)
+
+    def score(self, examples, predictions) -> dict[str, float]:
+        gold, pred = self.gold_and_predicted(examples, predictions)
+        if not gold:
+            return {}
+        if self.regression:
+            return {"pearson": M.pearson(pred, gold), "spearman": M.spearman(pred, gold)}
+        out = {"accuracy": M.accuracy(pred, gold)}
+        if len(set(gold) | set(pred)) <= 2 and len(set(gold)) == 2:
+            positive = sorted(set(gold), key=str)[-1]
+            out["f1"] = M.f1_binary([p == positive for p in pred], [g == positive for g in gold],
+                                    positive=True)
+        return out

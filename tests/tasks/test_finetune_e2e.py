@@ -1,0 +1,233 @@
+"""`bertkit finetune / evaluate / predict` end to end: a tiny model, a few dozen examples per
+task, through the CLI; outputs checked for the task's metrics, predictions and HF layout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertkit.cli.main import main
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models gain nothing from threads, and on a shared, loaded machine every parallel
+    region waits for its slowest (descheduled) thread: one thread here is ~10x faster."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory, minilm_path) -> Path:
+    """A randomly initialized 1-layer BERT with MiniLM's uncased vocabulary."""
+    from bertkit.config import BertConfig
+    from bertkit.model import BertModel
+    from bertkit.tokenization.wordpiece import BertTokenizer
+
+    path = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(path)
+    BertTokenizer.from_pretrained(minilm_path).save_pretrained(path)
+    return path
+
+
+def write_tsv(path: Path, header: list[str], rows: list[list[str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join("\t".join(r) for r in [header, *rows]) + "\n", encoding="utf-8")
+
+
+def synthetic_glue(root: Path) -> Path:
+    """QQP and MNLI in their GLUE layouts (the real files are not in ../shared/data)."""
+    words = ["a cat sat", "the dog ran", "it rains", "we sing", "birds fly", "fish swim"]
+    qqp = [[str(i), str(2 * i), str(2 * i + 1), words[i % 6], words[(i + 1) % 6], str(i % 2)]
+           for i in range(20)]
+    for split in ("train", "dev"):
+        write_tsv(root / "QQP" / f"{split}.tsv",
+                  ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"], qqp)
+    labels = ["entailment", "neutral", "contradiction"]
+    mnli = [[str(i), "fiction", words[i % 6], words[(i + 2) % 6], labels[i % 3], labels[i % 3]]
+            for i in range(20)]
+    header = ["index", "genre", "sentence1", "sentence2", "label1", "gold_label"]
+    for split in ("train", "dev_matched", "dev_mismatched"):
+        write_tsv(root / "MNLI" / f"{split}.tsv", header, mnli)
+    return root
+
+
+def task_args(name: str, data: Path, tmp: Path) -> tuple[list[str], list[str]]:
+    """(finetune arguments, metric names expected in metrics.json) for each task."""
+    glue = data / "glue"
+    table = {
+        "cola": (["--data", glue], ["mcc", "accuracy"]),
+        "sst2": (["--data", glue], ["accuracy"]),
+        "mrpc": (["--data", glue], ["f1", "accuracy"]),
+        "stsb": (["--data", glue], ["pearson", "spearman"]),
+        "rte": (["--data", glue], ["accuracy"]),
+        "wnli": (["--data", glue], ["accuracy"]),
+        "qnli": (["--data", glue, "--train-file", glue / "QNLI" / "dev.tsv"], ["accuracy"]),
+        "qqp": (["--data", synthetic_glue(tmp / "glue")], ["accuracy", "f1"]),
+        "mnli": (["--data", synthetic_glue(tmp / "glue")], ["accuracy", "accuracy_mismatched"]),
+        "squad1": (["--data", data / "squad", "--train-file", data / "squad" / "dev-v1.1.json",
+                    "--max-seq-length", "96", "--doc-stride", "48"], ["exact_match", "f1"]),
+        "squad2": (["--data", data / "squad", "--split-dev", "0.5", "--max-seq-length", "96",
+                    "--doc-stride", "48"],
+                   ["exact_match", "f1", "has_ans_f1", "no_ans_f1", "null_threshold"]),
+        "conll2003": (["--data", data / "conll2003"], ["precision", "recall", "f1"]),
+        "swag": (["--data", data / "swag", "--train-file", data / "swag" / "val_sample_11rows.csv",
+                  "--dev-file", data / "swag" / "val_sample_11rows.csv"], ["accuracy"]),
+    }
+    args, metrics = table[name]
+    return [str(a) for a in args], metrics
+
+
+PREDICT_INPUT = {
+    "squad1": {"question": "Who sat?", "context": "A cat sat on the mat."},
+    "squad2": {"question": "Who sat?", "context": "A cat sat on the mat."},
+    "conll2003": {"text": "EU rejects German call"},
+    "swag": {"context": "He opens the door.", "start": "He", "endings": ["walks in.", "flies.",
+                                                                          "sings.", "sleeps."]},
+}
+
+TASKS = ["cola", "sst2", "mrpc", "stsb", "rte", "wnli", "qnli", "qqp", "mnli", "squad1",
+         "squad2", "conll2003", "swag"]
+
+
+def finetune(tiny_model: Path, out: Path, task: str, args: list[str], n: int = 24) -> dict:
+    code = main(["finetune", task, "--model", str(tiny_model), "--output", str(out), *args,
+                 "--max-train-examples", str(n), "--max-eval-examples", "16", "--batch-size", "8",
+                 "--epochs", "1", "--no-progress", *([] if "--lr" in args else ["--lr", "1e-4"])])
+    assert code == 0
+    return json.loads((out / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_finetune_evaluate_predict(task, tiny_model, shared_data, tmp_path, capsys):
+    args, metric_names = task_args(task, shared_data, tmp_path)
+    out = tmp_path / "run"
+    metrics = finetune(tiny_model, out, task, args, n=8 if task.startswith("squad") else 24)
+    assert metrics["task"] == task and metrics["steps"] >= 1
+    for name in metric_names:
+        assert isinstance(metrics[name], float), name
+    if task == "squad2":  # no train file: half of dev's 35 articles train, and it says so
+        assert "first 18 of the 35 articles" in metrics["data_note"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["bertkit_task"] == task
+    if task not in ("squad1", "squad2", "swag"):
+        assert set(config["label2id"]) == set(config["id2label"].values())
+    assert (out / "model.safetensors").is_file() and (out / "vocab.txt").is_file()
+    assert any(p.name.startswith("predictions") for p in out.iterdir())
+    capsys.readouterr()
+
+    record = PREDICT_INPUT.get(task, {"text": "a cat sat", "pair": "the dog ran"})
+    (tmp_path / "in.jsonl").write_text(json.dumps({"id": "x1", **record}) + "\n")
+    assert main(["predict", str(out), "--input", str(tmp_path / "in.jsonl"), "--no-progress",
+                 "--output", str(tmp_path / "out.jsonl")]) == 0
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["id"] == "x1"
+
+
+def test_glue_outputs_and_transformers_loads_the_model(tiny_model, shared_data, tmp_path,
+                                                       capsys):
+    out = tmp_path / "sst2"
+    finetune(tiny_model, out, "sst2", ["--data", str(shared_data / "glue")])
+    submission = (out / "SST-2.tsv").read_text().splitlines()
+    assert submission[0] == "index\tprediction" and len(submission) == 17
+    assert all(line.split("\t")[1] in ("0", "1") for line in submission[1:])
+    capsys.readouterr()
+    assert main(["evaluate", str(out), "--data", str(shared_data / "glue"),
+                 "--max-eval-examples", "20", "--no-progress"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["examples"] == 20 and 0.0 <= result["accuracy"] <= 1.0
+
+    from transformers import AutoModelForSequenceClassification
+
+    hf = AutoModelForSequenceClassification.from_pretrained(out)
+    assert hf.config.id2label == {0: "0", 1: "1"}
+    from bertkit.heads import BertForSequenceClassification
+
+    ours = BertForSequenceClassification.from_pretrained(out)
+    ids = torch.tensor([[2, 1037, 4937, 3]])
+    torch.testing.assert_close(hf(input_ids=ids).logits, ours(ids).logits, atol=1e-5, rtol=1e-4)
+
+
+def test_custom_regression_and_text_predict(tiny_model, tmp_path, capsys):
+    rows = "".join(json.dumps({"s": f"text number {i}", "y": i / 10}) + "\n" for i in range(20))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_text(rows)
+    (tmp_path / "data" / "dev.jsonl").write_text(rows)
+    out = tmp_path / "run"
+    metrics = finetune(tiny_model, out, "custom", ["--data", str(tmp_path / "data"),
+                                                   "--text-column", "s", "--label-column", "y",
+                                                   "--regression"])
+    assert "pearson" in metrics and "spearman" in metrics
+    capsys.readouterr()
+    assert main(["predict", str(out), "--text", "some text", "--no-progress"]) == 0
+    assert isinstance(json.loads(capsys.readouterr().out)["score"], float)
+
+
+def test_grid_selects_on_dev_and_resumes(tiny_model, shared_data, tmp_path, capsys):
+    out = tmp_path / "grid"
+    args = ["--data", str(shared_data / "glue"), "--lr", "1e-4,1e-5", "--seeds", "2"]
+    summary = finetune(tiny_model, out, "rte", args, n=16)
+    runs = sorted(p.name for p in (out / "runs").iterdir())
+    assert runs == ["lr0.0001-ep1-seed0", "lr0.0001-ep1-seed1", "lr1e-05-ep1-seed0",
+                    "lr1e-05-ep1-seed1"]
+    grid = summary["grid"]
+    assert [(g["lr"], g["n"]) for g in grid] == [(1e-4, 2), (1e-5, 2)]
+    best = max(grid, key=lambda g: g["mean"])
+    assert summary["selected"]["lr"] == best["lr"]
+    assert all({"mean", "median", "std", "collapsed_runs"} <= set(g) for g in grid)
+    assert (out / "model.safetensors").is_file()
+    before = (out / "runs" / runs[0] / "metrics.json").stat().st_mtime_ns
+    again = finetune(tiny_model, out, "rte", [*args, "--resume"], n=16)
+    assert (out / "runs" / runs[0] / "metrics.json").stat().st_mtime_ns == before
+    assert again["grid"] == grid
+
+
+def test_rerun_needs_resume(tiny_model, shared_data, tmp_path, capsys):
+    out = tmp_path / "run"
+    first = finetune(tiny_model, out, "wnli", ["--data", str(shared_data / "glue")], n=16)
+    code = main(["finetune", "wnli", "--model", str(tiny_model), "--output", str(out), "--data",
+                 str(shared_data / "glue"), "--max-train-examples", "16", "--batch-size", "8",
+                 "--epochs", "1", "--no-progress"])
+    assert code == 1 and "pass --resume" in capsys.readouterr().err
+    again = finetune(tiny_model, out, "wnli", ["--data", str(shared_data / "glue"), "--resume"],
+                     n=16)
+    assert again["steps"] == first["steps"] and again["accuracy"] == first["accuracy"]
+
+
+def test_frozen_encoder_and_bilstm_tagger(tiny_model, shared_data, tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "frozen"
+    finetune(tiny_model, out, "mrpc", ["--data", str(shared_data / "glue"), "--freeze-encoder"])
+    before, after = load_file(tiny_model / "model.safetensors"), load_file(out / "model.safetensors")
+    key = "encoder.layer.0.output.dense.weight"
+    torch.testing.assert_close(after[f"bert.{key}"], before[key])  # encoder untouched
+    out = tmp_path / "lstm"
+    metrics = finetune(tiny_model, out, "conll2003", ["--data", str(shared_data / "conll2003"),
+                                                      "--freeze-encoder", "--features",
+                                                      "concat-last-4"])
+    assert "f1" in metrics
+    config = json.loads((out / "config.json").read_text())
+    assert config["bertkit_head"] == "FeatureTagger"
+    capsys.readouterr()
+    assert main(["evaluate", str(out), "--data", str(shared_data / "conll2003"),
+                 "--max-eval-examples", "10", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["examples"] == 10
+
+
+def test_bad_input_is_one_line_error(tiny_model, tmp_path, capsys):
+    write_tsv(tmp_path / "RTE" / "train.tsv", ["index", "sentence1", "sentence2", "label"],
+              [["0", "a", "b", "entailment"], ["1", "only"]])
+    code = main(["finetune", "rte", "--model", str(tiny_model), "--data", str(tmp_path),
+                 "--output", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and "\n" not in err
+    assert "train.tsv:3: expected 4 tab-separated columns" in err
