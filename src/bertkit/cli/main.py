@@ -19,7 +19,9 @@ COMMAND_MODULES = [
     "bertkit.cli.pretrain_cmds",
     "bertkit.cli.prepare_cmds",
     "bertkit.cli.finetune_cmds",
+    "bertkit.cli.data_cmds",
     "bertkit.cli.vocab_cmds",
+    "bertkit.cli.ablate_cmds",
 ]
 
 

@@ -1,0 +1,148 @@
+"""Reports of the demo and the ablations: Markdown tables and PNG plots.
+
+Plots need matplotlib (the optional extra `bertkit[plot]`); without it each plot is skipped with
+one notice and the Markdown report is written all the same.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError
+from bertkit.io_utils import atomic_path, atomic_write_text
+
+log = logging.getLogger(__name__)
+
+_NOTICED: list[bool] = []  # the "no matplotlib" notice is given once per process
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (n - 1); the std of a single value is 0."""
+    if not values:
+        raise BertkitError("mean_std of no values")
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return mean, math.sqrt(var)
+
+
+def format_mean_std(values: Sequence[float], scale: float = 100.0, digits: int = 1) -> str:
+    """"85.2 ± 1.3" (scaled to percent by default); "—" for no values; no ± for one value."""
+    if not values:
+        return "—"
+    mean, std = mean_std([v * scale for v in values])
+    return f"{mean:.{digits}f}" if len(values) == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub-flavoured Markdown table (every cell str()-ed, pipes escaped)."""
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |",
+             "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl (an unreadable line is an error naming file and line)."""
+    path = Path(path)
+    records = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise BertkitError(f"{path}:{n}: not a JSON line ({err.msg})") from err
+    return records
+
+
+def _pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or None (with a notice, once)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        if not _NOTICED:
+            _NOTICED.append(True)
+            log.warning("matplotlib is not installed: plots skipped (pip install 'bertkit[plot]')")
+        return None
+    return plt
+
+
+def _save(fig, plt, png: Path) -> Path:
+    with atomic_path(png) as tmp:
+        fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return png
+
+
+def plot_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], panels: Sequence[tuple[str, ...]],
+                png: str | os.PathLike, title: str = "") -> Path | None:
+    """One panel per key group (e.g. ("loss",), ("mlm_acc", "eval_mlm_acc")), a line per run and
+    key, x = step. Returns the PNG path, or None when matplotlib is missing."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for ax, keys in zip(axes[0], panels):
+        for label, records in runs.items():
+            for key in keys:
+                points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+                if points:
+                    xs, ys = zip(*points)
+                    name = label if len(keys) == 1 else f"{label}: {key}"
+                    ax.plot(xs, ys, label=name, marker="o" if key.startswith("eval") else None)
+        ax.set_xlabel("step")
+        ax.set_title(" / ".join(keys))
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return _save(fig, plt, Path(png))
+
+
+def plot_bars(groups: Mapping[str, Mapping[str, Sequence[float]]], png: str | os.PathLike,
+              ylabel: str, title: str = "", scale: float = 100.0) -> Path | None:
+    """Grouped bars: groups[group][series] = the values over seeds, drawn as mean ± std.
+    Returns the PNG path, or None when matplotlib is missing."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    series = list(dict.fromkeys(s for g in groups.values() for s in g))
+    width = 0.8 / max(1, len(series))
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(groups) * max(1, len(series)) / 2), 4))
+    for i, name in enumerate(series):
+        xs, means, stds = [], [], []
+        for g, group in enumerate(groups.values()):
+            if group.get(name):
+                mean, std = mean_std([v * scale for v in group[name]])
+                xs.append(g + (i - (len(series) - 1) / 2) * width)
+                means.append(mean)
+                stds.append(std)
+        ax.bar(xs, means, width, yerr=stds, capsize=3, label=name)
+    ax.set_xticks(range(len(groups)), list(groups))
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    return _save(fig, plt, Path(png))
+
+
+def write_markdown(path: str | os.PathLike, text: str) -> Path:
+    path = Path(path)
+    atomic_write_text(path, text.rstrip("\n") + "\n")
+    return path

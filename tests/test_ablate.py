@@ -1,0 +1,171 @@
+"""The ablation's bookkeeping (resumable results, mean ± std tables, plots) and its smoke run."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from bertkit import ablate, report
+from bertkit.ablate import AblationConfig, Progress, ResultsStore, run_cells
+from bertkit.cli.main import main
+from bertkit.errors import BertkitError
+from bertkit.pipeline import steps_for_budget
+
+
+def test_mean_std_and_formatting():
+    assert report.mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0)  # sample std (n - 1)
+    assert report.mean_std([0.5]) == (0.5, 0.0)
+    assert report.format_mean_std([0.80, 0.84]) == "82.0 ± 2.8"
+    assert report.format_mean_std([81.25], scale=1.0) == "81.2"
+    assert report.format_mean_std([]) == "—"
+    with pytest.raises(BertkitError):
+        report.mean_std([])
+    table = report.markdown_table(["a", "b|c"], [[1, "x"], [2, "y"]])
+    assert table.splitlines() == ["| a | b\\|c |", "|---|---|", "| 1 | x |", "| 2 | y |"]
+
+
+def test_read_jsonl_names_the_bad_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 2.0}\n\n{"step": 2,\n')
+    with pytest.raises(BertkitError, match=r"metrics.jsonl:3: not a JSON line"):
+        report.read_jsonl(path)
+    path.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n')
+    assert [r["loss"] for r in report.read_jsonl(path)] == [2.0, 1.5]
+
+
+def test_plots_are_pngs_or_skipped_without_matplotlib(tmp_path, monkeypatch, caplog):
+    runs = {"a": [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.0, "eval_mlm_acc": 0.1}]}
+    curves = report.plot_curves(runs, [("loss",), ("eval_mlm_acc",)], tmp_path / "c.png")
+    bars = report.plot_bars({"sst2": {"pre": [80.0, 82.0], "none": [60.0]}}, tmp_path / "b.png",
+                            "acc", scale=1.0)
+    for png in (curves, bars):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import now raises ImportError
+    monkeypatch.setattr(report, "_NOTICED", [])
+    assert report.plot_curves(runs, [("loss",)], tmp_path / "none.png") is None
+    assert report.plot_bars({"t": {"x": [1.0]}}, tmp_path / "none2.png", "acc") is None
+    assert not (tmp_path / "none.png").exists()
+    assert sum("matplotlib is not installed" in r.message for r in caplog.records) == 1
+
+
+def test_results_store_resumes_and_refuses_other_settings(tmp_path):
+    path = tmp_path / "results.json"
+    store = ResultsStore(path, {"budget": 1.0, "corpus": ("a.txt",)})
+    store.put(ResultsStore.key("mlm", "sst2", 0), {"score": 80.0})
+    store.put_pretrain("mlm", {"steps": 10})
+    store.put_pretrain("mlm", {"seconds": 5.0})
+    again = ResultsStore(path, {"budget": 1.0, "corpus": ["a.txt"]})  # tuples saved as lists
+    assert again.has("mlm/sst2/0") and not again.has("mlm/sst2/1")
+    assert again.pretrain_info("mlm") == {"steps": 10, "seconds": 5.0}
+    assert again.scores("mlm", "sst2") == [80.0]
+    with pytest.raises(BertkitError, match="other settings.*budget"):
+        ResultsStore(path, {"budget": 2.0, "corpus": ["a.txt"]})
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_run_cells_continues_after_a_kill(tmp_path):
+    cells = [(v, "sst2", s) for v in ("mlm", "none") for s in range(2)]
+    calls = []
+
+    def flaky(variant, task, seed):
+        calls.append((variant, seed))
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # killed in the middle of the third cell
+        return {"score": 50.0 + len(calls)}
+
+    store = ResultsStore(tmp_path / "results.json", {})
+    with pytest.raises(KeyboardInterrupt):
+        run_cells(store, cells, flaky)
+    resumed = ResultsStore(tmp_path / "results.json", {})
+    assert sorted(resumed.data["cells"]) == ["mlm/sst2/0", "mlm/sst2/1"]
+    calls.clear()
+    run_cells(resumed, cells, lambda v, t, s: calls.append((v, s)) or {"score": 1.0},
+              Progress(len(cells), 2))
+    assert calls == [("none", 0), ("none", 1)]  # only the unfinished cells ran
+    assert resumed.scores("mlm", "sst2") == [51.0, 52.0]
+    assert resumed.data["cells"]["none/sst2/1"] == {"variant": "none", "task": "sst2", "seed": 1,
+                                                   "score": 1.0}
+
+
+def test_steps_for_budget():
+    assert steps_for_budget(60.0, 0.5) == 108  # 90% of the time, the rest for eval and saving
+    assert steps_for_budget(1.0, 10.0) == 2  # never fewer than the minimum
+
+
+def test_config_validation_and_identity(tmp_path):
+    base = dict(output_dir=str(tmp_path), corpus=("c.txt",), data_root=str(tmp_path))
+    with pytest.raises(BertkitError, match="unknown variant"):
+        AblationConfig(**base, variants=("mlm", "bogus"))
+    with pytest.raises(BertkitError, match="unknown task"):
+        AblationConfig(**base, tasks=("sst3",))
+    with pytest.raises(BertkitError, match="unknown study"):
+        AblationConfig(**base, study="colors")
+    a = AblationConfig(**base, seeds=1, tasks=("sst2",))
+    b = AblationConfig(**base, seeds=5, tasks=("sst2", "mrpc"))  # more seeds/tasks: same study
+    assert a.identity() == b.identity()
+    assert a.identity() != AblationConfig(**base, budget_minutes=3.0).identity()
+    assert AblationConfig(**base, study="sizes").variant_names == ("tiny", "mini", "small")
+
+
+def test_task_files_finds_both_layouts(tmp_path):
+    for folder in (tmp_path / "shared" / "glue" / "SST-2", tmp_path / "dl" / "glue-sst-2" / "SST-2"):
+        folder.mkdir(parents=True)
+        for split in ("train", "dev"):
+            (folder / f"{split}.tsv").write_text("sentence\tlabel\nok\t1\n")
+    for root in ("shared", "dl"):
+        files, note = ablate.task_files("sst2", tmp_path / root, tmp_path / "work")
+        assert files["train"].endswith("SST-2/train.tsv") and note == ""
+    with pytest.raises(BertkitError, match="rte: no train/dev files"):
+        ablate.task_files("rte", tmp_path / "shared", tmp_path / "work")
+
+
+def test_squad_dev_is_split_by_article(shared_data, tmp_path):
+    files, note = ablate.task_files("squad1", shared_data, tmp_path)
+    assert "split by article" in note
+    parts = {k: json.loads(open(v).read())["data"] for k, v in files.items()}
+    titles = {k: {a["title"] for a in v} for k, v in parts.items()}
+    assert titles["train"].isdisjoint(titles["dev"])
+    assert (len(parts["train"]), len(parts["dev"])) == (38, 10)  # 48 articles, every 5th held out
+    questions = sum(len(p["qas"]) for v in parts.values() for a in v for p in a["paragraphs"])
+    assert questions == 10570
+
+
+@pytest.mark.slow
+def test_ablate_smoke_runs_and_resumes(shared_data, tmp_path, capsys):
+    """`bertkit ablate --budget-minutes 1 --tasks sst2 --seeds 1` on a small corpus and a tiny
+    model: checks the structure of the results and that a rerun only redoes what is missing
+    (never the accuracy, which a one-minute budget cannot promise)."""
+    books = shared_data / "books"
+    args = ["ablate", "--budget-minutes", "1", "--tasks", "sst2", "--seeds", "1",
+            "--output", str(tmp_path / "abl"), "--data", str(shared_data),
+            "--corpus", str(books / "paine-common_sense.txt"), str(books / "carroll-alice.txt"),
+            "--vocab-size", "1000", "--model", "tiny", "--max-seq-length", "64",
+            "--max-train-examples", "32", "--max-eval-examples", "32", "--epochs", "1",
+            "--no-progress"]
+    assert main(args) == 0
+    out = tmp_path / "abl"
+    results = json.loads((out / "results.json").read_text())
+    assert sorted(results["cells"]) == ["ltr/sst2/0", "mlm+nsp/sst2/0", "mlm/sst2/0", "none/sst2/0"]
+    for cell in results["cells"].values():
+        assert 0.0 <= cell["score"] <= 100.0 and cell["steps"] == 1
+    for v in ("mlm+nsp", "mlm", "ltr"):
+        assert results["pretrain"][v]["steps"] >= 2 and "eval_mlm_acc" in results["pretrain"][v]
+        assert (out / "pretrain" / v / "model" / "config.json").is_file()
+    text = (out / "REPORT.md").read_text()
+    assert text.count("\n| ") == 5 and "LTR & No NSP" in text and "No pre-training" in text
+    # A kill before the last cell was recorded: the rerun does that cell only.
+    del results["cells"]["none/sst2/0"]
+    (out / "results.json").write_text(json.dumps(results))
+    exported = (out / "pretrain" / "mlm+nsp" / "model" / "model.safetensors").stat().st_mtime_ns
+    kept = (out / "finetune" / "mlm" / "sst2" / "seed-0" / "metrics.json").stat().st_mtime_ns
+    assert main(args) == 0
+    again = json.loads((out / "results.json").read_text())
+    assert sorted(again["cells"]) == sorted(results["cells"]) + ["none/sst2/0"]
+    assert again["pretrain"] == results["pretrain"]
+    assert (out / "pretrain" / "mlm+nsp" / "model" / "model.safetensors").stat().st_mtime_ns == exported
+    assert (out / "finetune" / "mlm" / "sst2" / "seed-0" / "metrics.json").stat().st_mtime_ns == kept
+    capsys.readouterr()
+    assert main([*args[:-1], "--vocab-size", "1200"]) == 1  # other settings: refused
+    assert "other settings (vocab_size)" in capsys.readouterr().err

@@ -1,0 +1,67 @@
+"""`make demo` end to end at a tiny scale: every step runs and the report holds every section
+(the accuracy claim itself needs the full budget; docs/ablations.md has the measured numbers)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bertkit import demo
+
+
+def test_pretraining_files_takes_the_first_megabytes(tmp_path):
+    files = []
+    for i in range(4):
+        path = tmp_path / f"{i}.txt"
+        path.write_text("x" * 400_000)
+        files.append(str(path))
+    assert demo.pretraining_files(files, 1.0) == files[:3]  # 0.4 + 0.4 + 0.4 >= 1 MB
+    assert demo.pretraining_files(files, 0.0) == files[:1]  # never none
+    assert demo.pretraining_files(files, 100.0) == files
+
+
+def test_missing_data_says_what_to_pass(tmp_path, capsys):
+    assert demo.main(["--data", str(tmp_path), "--output", str(tmp_path / "r"), "--skip-probe"]) == 1
+    assert "CORPUS=" in capsys.readouterr().err
+    book = tmp_path / "book.txt"
+    book.write_text("Some text.\n")
+    assert demo.main(["--data", str(tmp_path), "--corpus", str(book), "--output",
+                      str(tmp_path / "r"), "--skip-probe"]) == 1
+    assert "bertkit data download glue-sst-2" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end_at_tiny_scale(shared_data, tmp_path, capsys):
+    books = shared_data / "books"
+    out = tmp_path / "report"
+    args = ["--data", str(shared_data), "--output", str(out), "--corpus",
+            str(books / "paine-common_sense.txt"), str(books / "carroll-alice.txt"),
+            "--model", "tiny", "--vocab-size", "1000", "--max-seq-length", "64",
+            "--budget-minutes", "0.1", "--seeds", "1", "--train-examples", "32",
+            "--dev-examples", "32", "--epochs", "1",
+            "--no-reference", "--no-progress"]
+    assert demo.main(args) == 0
+    printed = capsys.readouterr().out
+    assert '"bank" in' in printed or "skipped: the MiniLM checkpoint" in printed
+    assert printed.count("P(IsNext) =") == 2 and "dev accuracy" in printed
+    report = (out / "REPORT.md").read_text()
+    for heading in ("## 1-2. Vocabulary and pre-training", "## 3. What it learned",
+                    "## 4. SST-2 dev accuracy", "| random initialisation |"):
+        assert heading in report
+    assert report.count("[MASK]") >= len(demo.FILL_MASK)
+    for png in ("pretraining.png", "sst2.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    results = json.loads((out / "work" / "results.json").read_text())
+    assert sorted(results["cells"]) == ["pretrained/sst2/0", "random/sst2/0"]
+    # The fill-mask helper: 5 guesses per [MASK], probabilities descending and in (0, 1].
+    from bertkit.heads import BertForPreTraining
+    from bertkit.tokenization import BertTokenizer
+
+    model_dir = out / "work" / "pretrain" / "model"
+    model, tok = BertForPreTraining.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir)
+    guesses = demo.fill_mask(model, tok, "the [MASK] was [MASK] .")
+    assert len(guesses) == 2 and all(len(g) == 5 for g in guesses)
+    probs = [p for _, p in guesses[0]]
+    assert probs == sorted(probs, reverse=True) and 0 < probs[0] <= 1
+    assert 0.0 <= demo.is_next_probability(model, tok, "a b c.", "d e f.") <= 1.0
