@@ -188,11 +188,16 @@ class BertForTokenClassification(PretrainedMixin, nn.Module):
                 position_ids=None) -> HeadOutput:
         hidden = self.bert(input_ids, token_type_ids, attention_mask, position_ids).last_hidden_state
         logits = self.classifier(self.dropout(hidden))  # (B, T, L)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
-                                   labels.reshape(-1).long(), ignore_index=-100)
-        return HeadOutput(loss, logits)
+        return HeadOutput(tagging_loss(logits, labels), logits)
+
+
+def tagging_loss(logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
+    """Per-token cross-entropy over (B, T, L) logits; labels -100 (padding, non-first
+    WordPieces) are ignored."""
+    if labels is None:
+        return None
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1).long(),
+                           ignore_index=-100)
 
 
 class BertForQuestionAnswering(PretrainedMixin, nn.Module):

@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from bertkit.checkpoint import from_hf_state_dict, load_into, read_state_dict, save_weights
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.heads import HEAD_CLASSES, HeadOutput
+from bertkit.heads import HEAD_CLASSES, HeadOutput, tagging_loss
 from bertkit.model import BertModel
 
 FEATURES = ("cls", "concat-last-4")
@@ -65,11 +64,7 @@ class FeatureTagger(nn.Module):
         hidden, _ = nn.utils.rnn.pad_packed_sequence(hidden, batch_first=True,
                                                      total_length=T)  # (B, T, 2 x lstm)
         logits = self.classifier(self.dropout(hidden))  # (B, T, L)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
-                                   labels.reshape(-1).long(), ignore_index=-100)
-        return HeadOutput(loss, logits)
+        return HeadOutput(tagging_loss(logits, labels), logits)
 
     @classmethod
     def from_encoder(cls, model_dir: str | os.PathLike, **config_changes: Any) -> FeatureTagger:
