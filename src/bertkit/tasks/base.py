@@ -164,6 +164,17 @@ def write_jsonl_predictions(predictions: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def json_object(line: str, where: str) -> dict[str, Any]:
+    """One JSONL record, which must be an object; `where` ("file:line") names it in errors."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise BertkitError(f"{where}: invalid JSON ({err.msg})") from None
+    if not isinstance(record, dict):
+        raise BertkitError(f"{where}: expected a JSON object")
+    return record
+
+
 def require_file(path: Path, what: str) -> Path:
     if not path.is_file():
         raise BertkitError(f"{path}: no such file ({what})")

@@ -8,14 +8,13 @@ whatever the training file holds (numbers in numeric order, other strings alphab
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bertkit import metrics as M
 from bertkit.errors import BertkitError
-from bertkit.tasks.base import require_file
+from bertkit.tasks.base import json_object, require_file
 from bertkit.tasks.glue import ClassificationTask, TextExample
 
 FORMATS = (".csv", ".tsv", ".jsonl", ".json")
@@ -37,7 +36,8 @@ def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
         raise BertkitError(f"{path}: unknown format {suffix!r}; expected {', '.join(FORMATS)}")
     with open(path, encoding="utf-8-sig", newline="") as f:
         if suffix in (".jsonl", ".json"):
-            return [_json_row(path, n, line) for n, line in enumerate(f, start=1) if line.strip()]
+            return [(n, json_object(line, f"{path}:{n}")) for n, line in enumerate(f, start=1)
+                    if line.strip()]
         if suffix == ".csv":
             reader = csv.DictReader(f)
             return [(reader.line_num, row) for row in reader]
@@ -47,16 +47,6 @@ def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
         return []
     header = lines[0][1]
     return [(n, dict(zip(header, fields))) for n, fields in lines[1:]]
-
-
-def _json_row(path: Path, number: int, line: str) -> tuple[int, dict[str, Any]]:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise BertkitError(f"{path}:{number}: invalid JSON ({err.msg})") from None
-    if not isinstance(row, dict):
-        raise BertkitError(f"{path}:{number}: expected a JSON object")
-    return number, row
 
 
 class CustomTask(ClassificationTask):

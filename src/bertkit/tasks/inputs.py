@@ -3,13 +3,12 @@ records, or plain text (one example per line), and the JSONL records that come b
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.tasks.base import Task, require_file
+from bertkit.tasks.base import Task, json_object, require_file
 from bertkit.tasks.glue import ClassificationTask, TextExample
 from bertkit.tasks.ner import TaggedSentence
 from bertkit.tasks.squad import SquadExample, SquadTask
@@ -27,23 +26,13 @@ def read_input(task: Task, path: Path) -> list[Any]:
         with open(path, encoding="utf-8") as f:
             for number, line in enumerate(f, start=1):
                 if line.strip():
-                    records.append((f"{path}:{number}", _json(line, f"{path}:{number}")))
+                    records.append((f"{path}:{number}", json_object(line, f"{path}:{number}")))
         return from_records(task, records)
     if path.suffix.lower() in NATIVE.get(task.head, ()):
         return task.read(path)
     lines = path.read_text(encoding="utf-8").splitlines()
     return from_records(task, [(f"{path}:{n}", {"text": line})
                                for n, line in enumerate(lines, start=1) if line.strip()])
-
-
-def _json(line: str, where: str) -> dict[str, Any]:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise BertkitError(f"{where}: invalid JSON ({err.msg})") from None
-    if not isinstance(record, dict):
-        raise BertkitError(f"{where}: expected a JSON object")
-    return record
 
 
 def from_records(task: Task, records: Sequence[tuple[str, dict[str, Any]]]) -> list[Any]:
