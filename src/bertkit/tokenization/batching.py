@@ -1,4 +1,5 @@
-"""Padding encodings into rows and turning rows into tensors (`BertTokenizer.__call__`)."""
+"""Fitting, padding and tensorizing encodings for `BertTokenizer`: Google's pair truncation,
+right-padding into rows, rows into tensors."""
 
 from __future__ import annotations
 
@@ -58,3 +59,22 @@ def to_tensors(rows: dict[str, list[list[Any]]], kind: str) -> dict[str, Any]:
     import torch
 
     return {key: torch.from_numpy(array) for key, array in arrays.items()}
+
+
+def truncated_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
+    """Lengths of A and B after Google's ``_truncate_seq_pair`` fits them into `budget` tokens.
+
+    Google removes one token at a time from the end of the longer sequence, from B on ties.
+    In closed form: the longer one shrinks to the other's length, then both shrink in turn,
+    B first, so when an odd number is left to remove B loses the extra token.
+    """
+    excess = len_a + len_b - budget
+    if excess <= 0:
+        return len_a, len_b
+    gap = min(abs(len_a - len_b), excess)
+    if len_a > len_b:
+        len_a -= gap
+    else:
+        len_b -= gap
+    excess -= gap
+    return len_a - excess // 2, len_b - (excess - excess // 2)

@@ -44,7 +44,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, processors
 from bertkit.errors import BertkitError
 from bertkit.io_utils import atomic_write_text
 from bertkit.tokenization.basic import build_normalizer, build_pre_tokenizer
-from bertkit.tokenization.batching import pad_rows, to_tensors
+from bertkit.tokenization.batching import pad_rows, to_tensors, truncated_lengths
 from bertkit.tokenization.vocab_io import (
     CLS,
     MASK,
@@ -84,25 +84,6 @@ class Encoding:
 
     def __len__(self) -> int:
         return len(self.input_ids)
-
-
-def truncated_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
-    """Lengths of A and B after Google's ``_truncate_seq_pair`` fits them into `budget` tokens.
-
-    Google removes one token at a time from the end of the longer sequence, from B on ties.
-    In closed form: the longer one shrinks to the other's length, then both shrink in turn,
-    B first, so when an odd number is left to remove B loses the extra token.
-    """
-    excess = len_a + len_b - budget
-    if excess <= 0:
-        return len_a, len_b
-    gap = min(abs(len_a - len_b), excess)
-    if len_a > len_b:
-        len_a -= gap
-    else:
-        len_b -= gap
-    excess -= gap
-    return len_a - excess // 2, len_b - (excess - excess // 2)
 
 
 def _build_engine(
