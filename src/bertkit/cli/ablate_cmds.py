@@ -52,8 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--pretrain-batch-size", type=int, default=32)
     p.add_argument("--pretrain-lr", type=float, default=1e-3)
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
-    p.add_argument("--finetune-lr", type=float, default=3e-4,
-                   help="3e-4 (tiny models collapse to one class at 1e-4; docs/ablations.md)")
+    p.add_argument("--finetune-lr", type=float, default=1e-3,
+                   help="1e-3 (at 1e-4-3e-4 tiny random-init models can stay at one class; "
+                   "docs/ablations.md, finding 3)")
     p.add_argument("--epochs", type=float, default=3.0)
     p.add_argument("--finetune-batch-size", type=int, default=32)
     p.add_argument("--max-train-examples", type=int, default=2000,

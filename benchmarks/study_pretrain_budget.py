@@ -1,0 +1,138 @@
+"""The pre-training budget study of docs/ablations.md (finding 3): does a few CPU-minutes of MLM
+pre-training beat random initialisation on SST-2? Not a speed benchmark: a plain loop over the
+library's shards, collate, model and metrics, so that each knob can be turned by hand.
+
+    # data: the demo's vocabulary and shards (python -m bertkit.demo makes them), or your own
+    python benchmarks/study_pretrain_budget.py pretrain --vocab demo-report/work/vocab \\
+        --shards demo-report/work/shards --out study/tiny-2000 --steps 2000 --lr 1e-3
+    python benchmarks/study_pretrain_budget.py random --vocab demo-report/work/vocab --out study/random
+    python benchmarks/study_pretrain_budget.py finetune study/random study/tiny-2000 \\
+        --data ../shared/data/glue --lr 1e-3 --seeds 5
+
+Run with OMP_NUM_THREADS=1 for tiny models (two runs side by side on a 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from bertkit import pipeline
+from bertkit.config import BertConfig
+from bertkit.heads import BertForPreTraining
+from bertkit.pretrain import make_collate, open_shards, pretraining_metrics
+from bertkit.tokenization import BertTokenizer
+
+HOLDOUT = 1000  # the last instances, never trained on
+
+
+def config_for(args, vocab_size: int) -> BertConfig:
+    return BertConfig.preset(args.model, vocab_size=vocab_size, max_position_embeddings=512,
+                             hidden_dropout_prob=args.dropout,
+                             attention_probs_dropout_prob=args.dropout)
+
+
+def evaluate(model, batches) -> dict[str, float]:
+    model.eval()
+    sums: dict[str, float] = {}
+    with torch.no_grad():
+        for batch in batches:
+            for k, v in pretraining_metrics(batch, model(**batch)).items():
+                sums[k] = sums.get(k, 0.0) + float(v) / len(batches)
+    model.train()
+    return {k: round(v, 4) for k, v in sums.items()}
+
+
+def pretrain(args) -> None:
+    tok = BertTokenizer.from_pretrained(args.vocab)
+    config = config_for(args, tok.vocab_size)
+    data = open_shards(args.shards, tok, config)
+    collate = make_collate(data, args.objective, tok, seed=0)
+    n = len(data)
+    held = [collate([data[i] for i in range(s, min(s + 50, n))]) for s in range(n - HOLDOUT, n, 50)]
+    torch.manual_seed(0)
+    model = BertForPreTraining(config).train()
+    groups = [{"params": [p for p in model.parameters() if p.ndim >= 2], "weight_decay": 0.01},
+              {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=args.lr, eps=1e-6)
+    warm = max(1, int(0.1 * args.steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: (s + 1) / warm if s < warm else max(0.0, (args.steps - s) / (args.steps - warm)))
+    order = torch.randperm(n - HOLDOUT, generator=torch.Generator().manual_seed(0)).tolist()
+    out, log, t0 = Path(args.out), [], time.perf_counter()
+    for step in range(1, args.steps + 1):
+        idx = [order[(step * args.batch + j) % len(order)] for j in range(args.batch)]
+        model(**collate([data[i] for i in idx])).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        if step % args.eval_every == 0 or step == args.steps:
+            log.append({"step": step, "seconds": round(time.perf_counter() - t0), **evaluate(model, held)})
+            print(json.dumps(log[-1]), flush=True)
+        if args.save_every and step % args.save_every == 0 and step < args.steps:
+            save(model, tok, out.with_name(f"{out.name}-{step}"), log)
+    save(model, tok, out, log)
+
+
+def save(model, tok, out: Path, log: list) -> None:
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    (out / "study_log.json").write_text(json.dumps(log, indent=1))
+
+
+def random(args) -> None:
+    tok = BertTokenizer.from_pretrained(args.vocab)
+    pipeline.random_init(config_for(args, tok.vocab_size), tok, args.out, seed=0)
+
+
+def finetune(args) -> None:
+    plan = pipeline.FinetunePlan(lr=args.lr, epochs=args.epochs, max_train_examples=args.train)
+    for model in args.models:
+        scores = []
+        for seed in range(args.seeds):
+            work = Path(args.work) / f"{Path(model).name}-lr{args.lr}-n{args.train}-seed{seed}"
+            scores.append(pipeline.finetune(model, "sst2", args.data, work, seed, plan,
+                                            progress=False)["score"])
+        spread = statistics.stdev(scores) if len(scores) > 1 else 0.0
+        print(f"{model}: lr {args.lr}, {args.train} examples, {args.epochs:g} epochs: "
+              f"{', '.join(f'{s:.1f}' for s in scores)} = {statistics.mean(scores):.1f} ± {spread:.1f}",
+              flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("pretrain", "random"):
+        s = sub.add_parser(name)
+        s.add_argument("--vocab", required=True)
+        s.add_argument("--out", required=True)
+        s.add_argument("--model", default="tiny")
+        s.add_argument("--dropout", type=float, default=0.1)
+    pre = sub.choices["pretrain"]
+    pre.add_argument("--shards", required=True)
+    pre.add_argument("--objective", default="mlm+nsp", choices=("mlm+nsp", "mlm"))
+    pre.add_argument("--steps", type=int, default=2000)
+    pre.add_argument("--batch", type=int, default=32)
+    pre.add_argument("--lr", type=float, default=1e-3)
+    pre.add_argument("--eval-every", type=int, default=250)
+    pre.add_argument("--save-every", type=int, default=0, help="also keep OUT-STEP snapshots")
+    ft = sub.add_parser("finetune")
+    ft.add_argument("models", nargs="+")
+    ft.add_argument("--data", default="../shared/data/glue")
+    ft.add_argument("--work", default="/tmp/bertkit-study")
+    ft.add_argument("--lr", type=float, default=1e-3)
+    ft.add_argument("--seeds", type=int, default=5)
+    ft.add_argument("--train", type=int, default=2000)
+    ft.add_argument("--epochs", type=float, default=3.0)
+    args = p.parse_args()
+    {"pretrain": pretrain, "random": random, "finetune": finetune}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
