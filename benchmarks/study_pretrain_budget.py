@@ -21,12 +21,14 @@ import time
 from pathlib import Path
 
 import torch
+from torch.utils.data import Subset
 
 from bertkit import pipeline
 from bertkit.config import BertConfig
 from bertkit.heads import BertForPreTraining
-from bertkit.pretrain import make_collate, open_shards, pretraining_metrics
+from bertkit.pretrain import make_collate, make_evaluator, open_shards
 from bertkit.tokenization import BertTokenizer
+from bertkit.training.optim import lr_at, param_groups, resolve_warmup
 
 HOLDOUT = 1000  # the last instances, never trained on
 
@@ -37,32 +39,20 @@ def config_for(args, vocab_size: int) -> BertConfig:
                              attention_probs_dropout_prob=args.dropout)
 
 
-def evaluate(model, batches) -> dict[str, float]:
-    model.eval()
-    sums: dict[str, float] = {}
-    with torch.no_grad():
-        for batch in batches:
-            for k, v in pretraining_metrics(batch, model(**batch)).items():
-                sums[k] = sums.get(k, 0.0) + float(v) / len(batches)
-    model.train()
-    return {k: round(v, 4) for k, v in sums.items()}
-
-
 def pretrain(args) -> None:
     tok = BertTokenizer.from_pretrained(args.vocab)
     config = config_for(args, tok.vocab_size)
     data = open_shards(args.shards, tok, config)
     collate = make_collate(data, args.objective, tok, seed=0)
     n = len(data)
-    held = [collate([data[i] for i in range(s, min(s + 50, n))]) for s in range(n - HOLDOUT, n, 50)]
+    held = Subset(data, range(n - HOLDOUT, n))  # the same masks every time (static shards)
+    evaluate = make_evaluator(held, lambda: make_collate(data, args.objective, tok, seed=0), 50, 20)
     torch.manual_seed(0)
     model = BertForPreTraining(config).train()
-    groups = [{"params": [p for p in model.parameters() if p.ndim >= 2], "weight_decay": 0.01},
-              {"params": [p for p in model.parameters() if p.ndim < 2], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=args.lr, eps=1e-6)
-    warm = max(1, int(0.1 * args.steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warm if s < warm else max(0.0, (args.steps - s) / (args.steps - warm)))
+    opt = torch.optim.AdamW(param_groups(model, 0.01), lr=args.lr, eps=1e-6)
+    warm = resolve_warmup(args.steps, 0, 0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(  # the library's curve, as a factor of the peak
+        opt, lambda s: lr_at(s, peak_lr=1.0, warmup_steps=warm, max_steps=args.steps))
     order = torch.randperm(n - HOLDOUT, generator=torch.Generator().manual_seed(0)).tolist()
     out, log, t0 = Path(args.out), [], time.perf_counter()
     for step in range(1, args.steps + 1):
@@ -73,7 +63,11 @@ def pretrain(args) -> None:
         sched.step()
         opt.zero_grad(set_to_none=True)
         if step % args.eval_every == 0 or step == args.steps:
-            log.append({"step": step, "seconds": round(time.perf_counter() - t0), **evaluate(model, held)})
+            model.eval()
+            with torch.no_grad():
+                metrics = {k: round(v, 4) for k, v in evaluate(model).items()}
+            model.train()
+            log.append({"step": step, "seconds": round(time.perf_counter() - t0), **metrics})
             print(json.dumps(log[-1]), flush=True)
         if args.save_every and step % args.save_every == 0 and step < args.steps:
             save(model, tok, out.with_name(f"{out.name}-{step}"), log)

@@ -6,6 +6,7 @@ import torch
 import transformers
 
 from bertkit import heads
+from bertkit.checkpoint import to_hf_state_dict
 from bertkit.config import BertConfig
 from tests.helpers import real_sentences
 
@@ -165,8 +166,6 @@ def test_training_trajectory_equals_transformers():
     torch.manual_seed(0)
     ours = heads.BertForPreTraining(config)
     ref = transformers.BertForPreTraining(transformers.BertConfig.from_dict(config.to_dict()))
-    from bertkit.checkpoint import to_hf_state_dict
-
     ref.load_state_dict(to_hf_state_dict(ours.state_dict()), strict=False)
     opts = [torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=0.01) for m in (ours, ref)]
     g = torch.Generator().manual_seed(1)
