@@ -36,7 +36,7 @@ def read_sst2(path: Path, limit: int | None) -> tuple[list[str], list[int]]:
 
 
 def run_bertkit(model_dir: str, args: argparse.Namespace) -> dict:
-    from bertkit.finetune import FinetuneConfig, run_one
+    from bertkit.training.finetune import FinetuneConfig, run_one
 
     out = Path(tempfile.mkdtemp(prefix="bench-ft-bertkit-"))
     try:

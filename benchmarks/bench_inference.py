@@ -88,7 +88,7 @@ def onnx_contender(model_dir: Path, encoder: Encoder, threads: int, batch_size: 
         import onnxruntime
     except ImportError:
         return None
-    from bertkit.export import export_onnx
+    from bertkit.inference.export import export_onnx
 
     path = Path(tempfile.mkdtemp()) / "model.onnx"
     export_onnx(model_dir, path, validate=False)

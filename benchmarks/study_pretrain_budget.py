@@ -2,7 +2,7 @@
 pre-training beat random initialisation on SST-2? Not a speed benchmark: a plain loop over the
 library's shards, collate, model and metrics, so that each knob can be turned by hand.
 
-    # data: the demo's vocabulary and shards (python -m bertkit.demo makes them), or your own
+    # data: the demo's vocabulary and shards (python -m bertkit.studies.demo makes them), or your own
     python benchmarks/study_pretrain_budget.py pretrain --vocab demo-report/work/vocab \\
         --shards demo-report/work/shards --out study/tiny-2000 --steps 2000 --lr 1e-3
     python benchmarks/study_pretrain_budget.py random --vocab demo-report/work/vocab --out study/random
@@ -23,12 +23,12 @@ from pathlib import Path
 import torch
 from torch.utils.data import Subset
 
-from bertkit import pipeline
 from bertkit.config import BertConfig
 from bertkit.heads import BertForPreTraining
-from bertkit.pretrain import make_collate, make_evaluator, open_shards
+from bertkit.studies import pipeline
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.optim import lr_at, param_groups, resolve_warmup
+from bertkit.training.pretrain import make_collate, make_evaluator, open_shards
 
 HOLDOUT = 1000  # the last instances, never trained on
 

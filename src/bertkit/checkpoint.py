@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.io_utils import atomic_path
+from bertkit.io import atomic_path
 
 log = logging.getLogger("bertkit")
 

@@ -133,7 +133,7 @@ class BertConfig:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write config.json atomically (a file path, or a directory to hold config.json)."""
-        from bertkit.io_utils import atomic_write_text
+        from bertkit.io import atomic_write_text
 
         path = Path(path)
         if path.is_dir() or path.suffix != ".json":

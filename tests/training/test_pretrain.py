@@ -18,9 +18,9 @@ from bertkit.data.instances import InstanceConfig
 from bertkit.data.prepare import PrepareConfig, prepare
 from bertkit.data.shards import ShardDataset
 from bertkit.heads import BertForPreTraining
-from bertkit.pretrain import ltr_targets, make_collate
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.trainer import TrainerConfig, save_vocab, train_from_texts
+from bertkit.training.pretrain import ltr_targets, make_collate
 
 SEQ = 64
 

@@ -5,10 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertkit.ablate import OBJECTIVE_VARIANTS, SIZE_VARIANTS, STUDIES, TASKS, AblationConfig, run_ablation
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.pipeline import FinetunePlan, PretrainPlan
+from bertkit.studies.ablate import (
+    OBJECTIVE_VARIANTS,
+    SIZE_VARIANTS,
+    STUDIES,
+    TASKS,
+    AblationConfig,
+    run_ablation,
+)
+from bertkit.studies.pipeline import FinetunePlan, PretrainPlan
 
 
 def default_data_root() -> Path:

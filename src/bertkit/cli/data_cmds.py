@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertkit.download import DATASETS, download_dataset, resolve
+from bertkit.data.download import DATASETS, download_dataset, resolve
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -117,8 +117,8 @@ def _floats(text: str, name: str) -> list[float]:
 
 
 def finetune_cmd(args: argparse.Namespace) -> int:
-    from bertkit.finetune import FinetuneConfig, build_task, check_data, run_grid, run_one
     from bertkit.tasks import ColumnSpec
+    from bertkit.training.finetune import FinetuneConfig, build_task, check_data, run_grid, run_one
 
     lrs, epochs = _floats(args.lr, "lr"), _floats(args.epochs, "epochs")
     if args.seeds < 1:
@@ -158,7 +158,7 @@ def _settings(args: argparse.Namespace, task):
 
 
 def evaluate_cmd(args: argparse.Namespace) -> int:
-    from bertkit.finetune import evaluate_model, task_of
+    from bertkit.training.finetune import evaluate_model, task_of
 
     task = task_of(args.model, args.task, _columns(args))
     if args.file:
@@ -175,9 +175,9 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
 
 
 def predict_cmd(args: argparse.Namespace) -> int:
-    from bertkit.finetune import predict_examples, task_of
-    from bertkit.io_utils import atomic_write_text
+    from bertkit.io import atomic_write_text
     from bertkit.tasks.inputs import from_records, output_record, read_input
+    from bertkit.training.finetune import predict_examples, task_of
 
     task = task_of(args.model, args.task, _columns(args))
     if args.input:

@@ -18,7 +18,7 @@ import numpy as np
 
 from bertkit.errors import BertkitError
 from bertkit.inference import COMBINES, POOLINGS, PRECISIONS, Encoder, TokenFeatures
-from bertkit.io_utils import atomic_path
+from bertkit.io import atomic_path
 
 log = logging.getLogger("bertkit")
 
@@ -128,7 +128,7 @@ def run_similarity(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from bertkit.export import export_onnx
+    from bertkit.inference.export import export_onnx
 
     report = export_onnx(args.model, args.output, opset=args.opset,
                          validate=not args.no_validate)

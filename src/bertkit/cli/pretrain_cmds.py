@@ -96,8 +96,8 @@ def _warmup(args: argparse.Namespace) -> int:
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    from bertkit.pretrain import PretrainConfig, run_pretraining
     from bertkit.training import TrainConfig, distributed
+    from bertkit.training.pretrain import PretrainConfig, run_pretraining
 
     distributed.setup(os.environ)
     if not distributed.is_main():
@@ -171,7 +171,7 @@ def run_plot(args: argparse.Namespace) -> int:
         ax.legend()
         ax.grid(alpha=0.3)
     out = args.output or args.run_dir / "curves.png"
-    from bertkit.io_utils import atomic_path
+    from bertkit.io import atomic_path
 
     with atomic_path(out) as tmp:
         fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")

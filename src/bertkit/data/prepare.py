@@ -31,7 +31,7 @@ from bertkit.data.corpus import CorpusStats, read_corpus
 from bertkit.data.masking import VocabInfo
 from bertkit.data.shards import PackedInstances
 from bertkit.errors import BertkitError
-from bertkit.io_utils import atomic_write_text
+from bertkit.io import atomic_write_text
 
 logger = logging.getLogger(__name__)
 

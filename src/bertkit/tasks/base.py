@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from bertkit.errors import BertkitError
-from bertkit.io_utils import atomic_write_text
+from bertkit.io import atomic_write_text
 
 logger = logging.getLogger(__name__)
 

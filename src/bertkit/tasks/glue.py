@@ -17,7 +17,7 @@ import torch
 
 from bertkit import metrics as M
 from bertkit.errors import BertkitError
-from bertkit.io_utils import atomic_write_text
+from bertkit.io import atomic_write_text
 from bertkit.tasks.base import (
     Feature,
     FeatureSettings,

@@ -28,7 +28,7 @@ import torch
 
 from bertkit import metrics as M
 from bertkit.errors import BertkitError
-from bertkit.io_utils import atomic_write_text
+from bertkit.io import atomic_write_text
 from bertkit.tasks.base import Feature, FeatureSettings, Task, pad_collate, require_file
 
 NO_SPAN_ODDS = 1e6

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.io_utils import atomic_write_text
+from bertkit.io import atomic_write_text
 from bertkit.tokenization.counting import count_files, count_words, expand_inputs
 
 logger = logging.getLogger(__name__)

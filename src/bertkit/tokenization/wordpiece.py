@@ -42,7 +42,7 @@ from typing import Any, Literal, overload
 from tokenizers import AddedToken, Tokenizer, decoders, models, processors
 
 from bertkit.errors import BertkitError
-from bertkit.io_utils import atomic_write_text
+from bertkit.io import atomic_write_text
 from bertkit.tokenization.basic import build_normalizer, build_pre_tokenizer
 from bertkit.tokenization.batching import pad_rows, to_tensors, truncated_lengths
 from bertkit.tokenization.vocab_io import (

@@ -31,7 +31,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertkit.errors import BertkitError
-from bertkit.io_utils import atomic_write_text
+from bertkit.io import atomic_write_text
 from bertkit.training import distributed as dist_utils
 from bertkit.training.optim import OPTIMIZERS, build_optimizer, lr_at, resolve_warmup
 from bertkit.training.runtime import (

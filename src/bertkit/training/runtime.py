@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 from bertkit.errors import BertkitError
-from bertkit.io_utils import atomic_write_text
+from bertkit.io import atomic_write_text
 from bertkit.training.state import latest_checkpoint, load_training_state, rng_state, set_rng_state
 
 log = logging.getLogger(__name__)

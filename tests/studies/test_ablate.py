@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from bertkit import ablate, report
-from bertkit.ablate import AblationConfig, Progress, ResultsStore, run_cells
 from bertkit.cli.main import main
 from bertkit.errors import BertkitError
-from bertkit.pipeline import steps_for_budget
+from bertkit.studies import ablate, report
+from bertkit.studies.ablate import AblationConfig, Progress, ResultsStore, run_cells
+from bertkit.studies.pipeline import steps_for_budget
 
 
 def test_mean_std_and_formatting():

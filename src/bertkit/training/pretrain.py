@@ -30,7 +30,7 @@ from bertkit.data.masking import VocabInfo
 from bertkit.data.shards import ShardDataset, read_meta
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForPreTraining, PreTrainingOutput
-from bertkit.io_utils import atomic_write_text
+from bertkit.io import atomic_write_text
 from bertkit.training import distributed
 from bertkit.training.loop import TrainConfig, TrainResult, train
 

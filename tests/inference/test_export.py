@@ -5,15 +5,15 @@ import numpy as np
 import pytest
 import torch
 
-import bertkit.export
+import bertkit.inference.export
 from bertkit.cli.main import main
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.export import export_onnx
 from bertkit.inference import Encoder
+from bertkit.inference.export import export_onnx
 from bertkit.model import BertModel
 from bertkit.tokenization import BertTokenizer
-from tests.test_inference import VOCAB
+from tests.inference.test_encoder import VOCAB
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
@@ -45,7 +45,7 @@ def test_export_onnx_dynamic_axes(model_dir, tmp_path):
 
 
 def test_failed_validation_leaves_no_file(model_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(bertkit.export, "TOLERANCE", -1.0)  # nothing can pass
+    monkeypatch.setattr(bertkit.inference.export, "TOLERANCE", -1.0)  # nothing can pass
     out = tmp_path / "m.onnx"
     with pytest.raises(BertkitError, match="differs from PyTorch"):
         export_onnx(model_dir, out)

@@ -27,7 +27,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from bertkit.errors import BertkitError
-from bertkit.io_utils import atomic_path, atomic_write_text
+from bertkit.io import atomic_path, atomic_write_text
 
 log = logging.getLogger(__name__)
 

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import torch
 
-from bertkit import pipeline
-from bertkit.ablate import ResultsStore, run_cells
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.model import BertModel
-from bertkit.probe import drift_table, layer_drift
-from bertkit.report import format_mean_std, mean_std, plot_bars, plot_curves, read_jsonl
+from bertkit.studies import pipeline
+from bertkit.studies.ablate import ResultsStore, run_cells
+from bertkit.studies.probe import drift_table, layer_drift
+from bertkit.studies.report import format_mean_std, mean_std, plot_bars, plot_curves, read_jsonl
 from bertkit.tokenization import BertTokenizer
 
 SENTENCE_MONEY = "I deposited money at the bank"
@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bertkit.demo", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bertkit.studies.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", nargs="+", default=None, metavar="FILE",
                    help="pre-training text (default: ../shared/data/books/*.txt)")
@@ -177,7 +177,7 @@ def reference_models(work: Path) -> dict[str, Path]:
 
 def find_inputs(args: argparse.Namespace, work: Path) -> tuple[list[str], dict[str, str]]:
     """The corpus and SST-2 files, or a message saying what to pass (before any work starts)."""
-    from bertkit.ablate import task_files
+    from bertkit.studies.ablate import task_files
 
     corpus = args.corpus or sorted(str(p) for p in (args.data / "books").glob("*.txt"))
     if not corpus:
@@ -228,7 +228,7 @@ def pretrain_section(args, store: ResultsStore, corpus: list[str], tokenizer, wo
     model_dir = pipeline.pretrain(plan, shards, work / "vocab", work / "pretrain",
                                   progress=not args.no_progress)
     if "seconds" not in info:
-        from bertkit.ablate import last_eval
+        from bertkit.studies.ablate import last_eval
 
         store.put_pretrain("pretrained", {"seconds": round(time.perf_counter() - t0, 1),
                                           **last_eval(work / "pretrain")})
@@ -240,7 +240,7 @@ def finetune_section(args, store: ResultsStore, models: dict[str, Path], files: 
     """Step 4: each pair of models on the same SST-2 subset, recipe and seeds."""
     from dataclasses import replace
 
-    from bertkit.ablate import Progress
+    from bertkit.studies.ablate import Progress
 
     plan = pipeline.FinetunePlan(lr=args.finetune_lr, epochs=args.epochs,
                                  max_train_examples=args.train_examples,
@@ -323,7 +323,7 @@ def write_report(args, out: Path, store: ResultsStore, learned: list[str], plan,
            f"scale): lr {args.reference_lr}, {args.reference_epochs:g} epoch(s)."), "",
         *rows, "", verdict, "", *([f"![SST-2]({bars.name})"] if bars else []),
     ]
-    from bertkit.report import write_markdown
+    from bertkit.studies.report import write_markdown
 
     return write_markdown(out / "REPORT.md", "\n".join(lines))
 

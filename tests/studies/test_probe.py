@@ -2,7 +2,7 @@ import pytest
 
 from bertkit.errors import BertkitError
 from bertkit.model import BertModel
-from bertkit.probe import drift_table, layer_drift
+from bertkit.studies.probe import drift_table, layer_drift
 from bertkit.tokenization import BertTokenizer
 
 

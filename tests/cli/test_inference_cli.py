@@ -15,7 +15,7 @@ from bertkit.errors import BertkitError
 from bertkit.inference import Encoder
 from bertkit.model import BertModel
 from bertkit.tokenization import BertTokenizer
-from tests.test_inference import VOCAB
+from tests.inference.test_encoder import VOCAB
 
 
 @pytest.fixture(scope="module")

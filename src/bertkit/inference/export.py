@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from bertkit.errors import BertkitError
-from bertkit.io_utils import atomic_path
+from bertkit.io import atomic_path
 from bertkit.model import BertModel
 
 log = logging.getLogger("bertkit")

@@ -18,11 +18,18 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bertkit import pipeline
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.io_utils import atomic_write_text
-from bertkit.report import format_mean_std, markdown_table, plot_bars, plot_curves, read_jsonl, write_markdown
+from bertkit.io import atomic_write_text
+from bertkit.studies import pipeline
+from bertkit.studies.report import (
+    format_mean_std,
+    markdown_table,
+    plot_bars,
+    plot_curves,
+    read_jsonl,
+    write_markdown,
+)
 from bertkit.tasks import get_task
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.io_utils import atomic_path, atomic_write_text
+from bertkit.io import atomic_path, atomic_write_text
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from bertkit.errors import BertkitError
-from bertkit.io_utils import atomic_path, atomic_write_text
+from bertkit.io import atomic_path, atomic_write_text
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task, get_task
 from bertkit.tasks.base import run_model
 

@@ -8,7 +8,8 @@ import torch
 
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.inference import Encoder, merge_windows
+from bertkit.inference import Encoder
+from bertkit.inference.encoder import merge_windows
 from bertkit.model import BertModel
 from bertkit.tokenization import BertTokenizer
 

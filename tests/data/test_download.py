@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bertkit import download
 from bertkit.cli.main import main
-from bertkit.download import Dataset, RemoteFile, download_dataset, fetch, resolve, unpack_zip
+from bertkit.data import download
+from bertkit.data.download import Dataset, RemoteFile, download_dataset, fetch, resolve, unpack_zip
 from bertkit.errors import BertkitError
 
 BODY = b"the quick brown fox\tjumps\n" * 5000  # 130 kB: several streaming chunks

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bertkit import demo
+from bertkit.studies import demo
 
 
 def test_pretraining_files_takes_the_first_megabytes(tmp_path):

@@ -93,7 +93,7 @@ def seconds_per_step(plan: PretrainPlan, shards: str | os.PathLike, tokenizer,
     `min_seconds` have passed) after two warm-up steps, which pay for allocations and thread
     start-up and would otherwise make the budget buy too few steps."""
     from bertkit.heads import BertForPreTraining
-    from bertkit.pretrain import make_collate, open_shards
+    from bertkit.training.pretrain import make_collate, open_shards
 
     dataset = open_shards(shards, tokenizer, plan.config)
     collate = make_collate(dataset, plan.objective, tokenizer, seed=0)
@@ -127,8 +127,8 @@ def pretrain(plan: PretrainPlan, shards: str | os.PathLike, tokenizer_dir: str |
              out_dir: str | os.PathLike, progress: bool = True) -> Path:
     """Pre-train per `plan` into `out_dir` (resuming a killed run); returns the export
     `out_dir/model` (HF layout + tokenizer). An existing export is reused."""
-    from bertkit.pretrain import PretrainConfig, run_pretraining
     from bertkit.training.loop import TrainConfig
+    from bertkit.training.pretrain import PretrainConfig, run_pretraining
 
     out = Path(out_dir)
     model_dir = out / "model"
@@ -200,7 +200,7 @@ def finetune(model_dir: str | os.PathLike, task: str, data_dir: str | os.PathLik
              files: dict[str, str] | None = None, progress: bool = True) -> dict[str, Any]:
     """One fine-tuning run from scratch (a partial earlier attempt is discarded); returns its
     metrics with `score` (the headline metric, 0-100) and `seconds` added."""
-    from bertkit.finetune import FinetuneConfig, run_one
+    from bertkit.training.finetune import FinetuneConfig, run_one
 
     out = Path(out_dir)
     shutil.rmtree(out, ignore_errors=True)
