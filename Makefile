@@ -23,7 +23,7 @@ test: lint
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q tests
 
 demo: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m bertkit.studies.demo $(if $(CORPUS),--corpus $(CORPUS))
+	HF_HUB_OFFLINE=1 $(BIN)/bertkit demo $(if $(CORPUS),--corpus $(CORPUS))
 
 clean:
 	rm -rf $(VENV) build *.egg-info

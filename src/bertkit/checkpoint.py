@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from bertkit.config import BertConfig
@@ -124,7 +125,11 @@ def read_state_dict(model_dir: str | os.PathLike) -> dict[str, torch.Tensor]:
     model_dir = Path(model_dir)
     st = model_dir / WEIGHTS_NAME
     if st.is_file():
-        return load_file(str(st))
+        try:
+            return load_file(str(st))
+        except Exception as err:  # SafetensorError, OSError: truncated or not safetensors
+            raise BertkitError(f"{st}: unreadable weights, truncated or not a safetensors file "
+                               f"({err}); re-export or re-download the model") from None
     legacy = model_dir / LEGACY_WEIGHTS_NAME
     if legacy.is_file():
         try:
@@ -177,6 +182,53 @@ def save_weights(model: torch.nn.Module, model_dir: str | os.PathLike) -> None:
     state = {k: v.detach().contiguous().cpu() for k, v in state.items()}
     with atomic_path(Path(model_dir) / WEIGHTS_NAME) as tmp:
         save_file(state, str(tmp), metadata={"format": "pt"})
+
+
+def check_model_dir(model_dir: str | os.PathLike) -> Path:
+    """A model directory in HF layout: a folder with config.json and the weights."""
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise BertkitError(f"{path}: not a model directory (expected a folder with config.json "
+                           f"and {WEIGHTS_NAME})")
+    if not (path / "config.json").is_file():
+        raise BertkitError(f"{path}: no config.json (not a model directory in HF layout)")
+    if not ((path / WEIGHTS_NAME).is_file() or (path / LEGACY_WEIGHTS_NAME).is_file()):
+        raise BertkitError(f"{path}: no {WEIGHTS_NAME} (not a model directory in HF layout)")
+    return path
+
+
+def weight_names(model_dir: str | os.PathLike) -> set[str]:
+    """The HF names of the weights a checkpoint holds (read without loading them)."""
+    return set(read_state_dict(model_dir)) if not (Path(model_dir) / WEIGHTS_NAME).is_file() \
+        else _safetensors_keys(Path(model_dir) / WEIGHTS_NAME)
+
+
+def _safetensors_keys(path: Path) -> set[str]:
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return set(f.keys())
+    except Exception as err:
+        raise BertkitError(f"{path}: unreadable weights, truncated or not a safetensors file "
+                           f"({err})") from None
+
+
+def require_head(model_dir: str | os.PathLike, head: str) -> None:
+    """Refuse a checkpoint without the trained `head` ("mlm" or "nsp") a command needs: a fresh
+    head would answer at random."""
+    prefix = {"mlm": "cls.predictions.", "nsp": "cls.seq_relationship."}[head]
+    if not any(k.startswith(prefix) for k in weight_names(model_dir)):
+        what = {"mlm": "masked-LM head", "nsp": "next-sentence head"}[head]
+        raise BertkitError(f"{model_dir}: has no trained {what} (an encoder-only or fine-tuned "
+                           f"checkpoint); its answers would be random. Use a model from "
+                           "`bertkit pretrain` (OUTPUT/model)")
+
+
+def check_vocab(config: BertConfig, vocab_size: int, model_dir: str | os.PathLike) -> None:
+    """The tokenizer and the model must agree on the vocabulary size."""
+    if vocab_size != config.vocab_size:
+        raise BertkitError(f"{model_dir}: vocab.txt has {vocab_size} tokens but the model's "
+                           f"vocab_size is {config.vocab_size}: the tokenizer does not belong "
+                           "to this model")
 
 
 class PretrainedMixin:

@@ -81,10 +81,6 @@ class BertConfig:
                 object.__setattr__(self, "label2id", {v: k for k, v in self.id2label.items()})
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
     def num_labels(self) -> int:
         """Number of labels of a task head: len(id2label), HF's default of 2 when unset."""
         return len(self.id2label) if self.id2label else 2

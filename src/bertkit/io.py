@@ -1,13 +1,20 @@
-"""Atomic writes: every artefact that matters goes to a temporary name, then is renamed into place,
-so a killed process never leaves a half-written file that looks whole."""
+"""File I/O rules shared by every command.
+
+Atomic writes: every artefact that matters goes to a temporary name, then is renamed into place,
+so a killed process never leaves a half-written file that looks whole. Output folders: a command
+writes only into a folder that is new, empty or its own earlier run (`claim_output_dir`)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError
 
 
 @contextlib.contextmanager
@@ -31,6 +38,86 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
+def read_text_lines(path: str | os.PathLike) -> list[tuple[int, str]]:
+    """(line number, line) of a UTF-8 text file; bytes that are not UTF-8 are an error naming
+    the file and line, not a codec traceback."""
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise BertkitError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[err.start]:02x}); "
+                           "save the file as UTF-8") from None
+    return list(enumerate(text.splitlines(), start=1))
+
+
+# --- output folders: the one rule every command follows ------------------------------------------
+
+IGNORED_ON_RESUME = ("resume", "progress", "overwrite")  # settings a resumed run may change
+
+
+def check_not_inside(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]) -> None:
+    """Input and output are never the same folder, nor the output a folder holding the input."""
+    out = Path(output).resolve()
+    for given in inputs:
+        src = Path(given).resolve()
+        if out == src or out in src.parents:
+            raise BertkitError(f"--output {output} is the input {given} (or inside it): write "
+                               "to a new folder so the input is never overwritten")
+
+
+def check_new_file(path: str | os.PathLike, inputs: Sequence[str | os.PathLike] = ()) -> None:
+    """A single-file output (predictions, vectors, an export) never replaces an input or a file
+    the user already has."""
+    path = Path(path)
+    for given in inputs:
+        if Path(given).exists() and path.resolve() == Path(given).resolve():
+            raise BertkitError(f"--output {path} is an input; choose another file name")
+    if path.is_dir():
+        raise BertkitError(f"--output {path} is a folder; give a file name")
+    if path.exists():
+        raise BertkitError(f"--output {path} already exists; choose a new file name (or delete "
+                           "it first)")
+
+
+def claim_output_dir(path: str | os.PathLike, marker: str, settings: dict[str, Any],
+                     resume: bool = False, inputs: Sequence[str | os.PathLike] = ()) -> bool:
+    """A command writes only into a folder that is new, empty, or its own earlier run of the
+    same kind, recognized by `marker` (a JSON file of the run's settings, written first).
+    Continuing an earlier run needs `resume` and the same settings. Returns True when the
+    folder holds an earlier run that is being continued."""
+    path = Path(path)
+    check_not_inside(path, inputs)
+    if path.exists() and not path.is_dir():
+        raise BertkitError(f"{path}: exists and is not a folder; choose a new output folder")
+    settings = json.loads(json.dumps(settings, default=str))
+    if path.is_dir() and any(path.iterdir()):
+        earlier = path / marker
+        if not earlier.is_file():
+            raise BertkitError(f"{path}: not empty and not a folder this command wrote (no "
+                               f"{marker}); choose a new or empty output folder")
+        if not resume:
+            raise BertkitError(f"{path}: holds an earlier run; pass --resume to continue it or "
+                               "choose another output folder")
+        changed = changed_settings(json.loads(earlier.read_text(encoding="utf-8")), settings)
+        if changed:
+            raise BertkitError(f"{path}: --resume with other settings than the earlier run "
+                               f"({', '.join(changed)}); use the same settings or a new folder")
+        return True
+    path.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path / marker, json.dumps(settings, indent=2) + "\n")
+    return False
+
+
+def changed_settings(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted names of the settings that differ (those in IGNORED_ON_RESUME aside)."""
+    changed = []
+    for key in sorted(set(old) | set(new)):
+        if key in IGNORED_ON_RESUME:
+            continue
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += changed_settings(a, b, f"{prefix}{key}.")
+        elif a != b:
+            changed.append(f"{prefix}{key}")
+    return changed

@@ -23,6 +23,15 @@ import numpy as np
 # --- GLUE ---------------------------------------------------------------------------------------
 
 
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (n - 1) over seeds; the std of one value is 0. The
+    one definition every seed summary uses (grids, ablations, the demo)."""
+    if not len(values):
+        raise ValueError("mean_std of no values")
+    mean = float(np.mean(values))
+    return mean, float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
 def accuracy(preds: Sequence, labels: Sequence) -> float:
     preds, labels = np.asarray(preds), np.asarray(labels)
     return float((preds == labels).mean()) if len(labels) else 0.0

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
-from bertkit.config import BertConfig
+from bertkit.cli.common import data_root
 from bertkit.errors import BertkitError
 from bertkit.studies.ablate import (
     OBJECTIVE_VARIANTS,
@@ -15,13 +16,9 @@ from bertkit.studies.ablate import (
     AblationConfig,
     run_ablation,
 )
-from bertkit.studies.pipeline import FinetunePlan, PretrainPlan
 
-
-def default_data_root() -> Path:
-    """../shared/data beside the repository (a source checkout), else ./data."""
-    shared = Path(__file__).resolve().parents[4] / "shared" / "data"
-    return shared if shared.is_dir() else Path("data")
+AB = AblationConfig("", ("-",), "")  # the defaults, defined once in the library
+PT, FT = AB.pretrain.train, AB.finetune.train
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -34,10 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Pre-train equal-budget small models (MLM+NSP, No NSP, LTR & No NSP, none; "
         "or tiny/mini/small), fine-tune each on the tasks with several seeds and write "
         "OUTPUT/REPORT.md with the mean ± std table and plots. Run the same command again to "
-        "continue a killed ablation.")
+        "continue a killed ablation.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--output", default="ablation", metavar="DIR", help="results folder (./ablation)")
     p.add_argument("--data", type=Path, default=None, metavar="DIR",
-                   help="folder with glue/ and squad/ (default: ../shared/data beside the repo)")
+                   help="folder with glue/ and squad/ (default: $BERTKIT_DATA, else "
+                   "../shared/data from the working directory)")
     p.add_argument("--corpus", nargs="+", default=None, metavar="FILE",
                    help="pre-training text (default: DATA/books/*.txt)")
     p.add_argument("--study", choices=STUDIES, default="objectives")
@@ -45,45 +43,46 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"comma list; objectives: {','.join(OBJECTIVE_VARIANTS)}; sizes: "
                    f"{','.join(SIZE_VARIANTS)} (default: all)")
     p.add_argument("--tasks", type=_csv, default=TASKS, help=f"comma list ({','.join(TASKS)})")
-    p.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per cell (3)")
-    p.add_argument("--budget-minutes", type=float, default=20.0,
+    p.add_argument("--seeds", type=int, default=AB.seeds, help="fine-tuning seeds per cell")
+    p.add_argument("--budget-minutes", type=float, default=AB.budget_minutes,
                    help="pre-training time of the whole study, split equally among the "
-                   "pre-trained variants (20)")
-    p.add_argument("--model", default="tiny", help="architecture of the objectives study (tiny)")
+                   "pre-trained variants")
+    p.add_argument("--model", default=AB.model, help="architecture of the objectives study")
     p.add_argument("--tokenizer", default=None, metavar="DIR", help="use this vocabulary")
-    p.add_argument("--vocab-size", type=int, default=8000, help="vocabulary to learn (8000)")
-    p.add_argument("--vocab-criterion", choices=("frequency", "likelihood"), default="frequency",
+    p.add_argument("--vocab-size", type=int, default=AB.vocab_size, help="vocabulary to learn")
+    p.add_argument("--vocab-criterion", choices=("frequency", "likelihood"),
+                   default=AB.vocab_criterion,
                    help="WordPiece merge criterion (frequency; see docs/ablations.md)")
-    p.add_argument("--max-seq-length", type=int, default=128, help="pre-training length (128)")
-    p.add_argument("--dropout", type=float, default=0.1, help="dropout of every model (0.1)")
-    p.add_argument("--pretrain-batch-size", type=int, default=32)
-    p.add_argument("--pretrain-lr", type=float, default=1e-3)
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
-    p.add_argument("--finetune-lr", type=float, default=1e-3,
-                   help="1e-3 (at 1e-4-3e-4 tiny random-init models can stay at one class; "
+    p.add_argument("--max-seq-length", type=int, default=AB.max_seq_length,
+                   help="pre-training length")
+    p.add_argument("--dropout", type=float, default=AB.dropout, help="dropout of every model")
+    p.add_argument("--pretrain-batch-size", type=int, default=PT.batch_size)
+    p.add_argument("--pretrain-lr", type=float, default=PT.lr)
+    p.add_argument("--precision", choices=("fp32", "bf16"), default=PT.precision)
+    p.add_argument("--finetune-lr", type=float, default=FT.lr,
+                   help="(at 1e-4-3e-4 tiny random-init models can stay at one class; "
                    "docs/ablations.md, finding 3)")
-    p.add_argument("--epochs", type=float, default=3.0)
-    p.add_argument("--finetune-batch-size", type=int, default=32)
-    p.add_argument("--max-train-examples", type=int, default=2000,
-                   help="training examples per task (2000; 0 = all)")
+    p.add_argument("--epochs", type=float, default=AB.finetune.epochs)
+    p.add_argument("--finetune-batch-size", type=int, default=FT.batch_size)
+    p.add_argument("--max-train-examples", type=int, default=AB.finetune.max_train_examples,
+                   help="training examples per task (0 = all)")
     p.add_argument("--max-eval-examples", type=int, default=0, help="dev examples (0 = all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
 
 def config_from_args(args: argparse.Namespace) -> AblationConfig:
-    data = args.data or default_data_root()
+    data = data_root(args.data)
     corpus = args.corpus or sorted(str(p) for p in (data / "books").glob("*.txt"))
     if not corpus:
         raise BertkitError(f"no pre-training corpus: {data / 'books'} holds no .txt files; pass "
                            "--corpus FILE... (or --data DIR with books/)")
-    pretrain = PretrainPlan(BertConfig.preset("tiny"), batch_size=args.pretrain_batch_size,
-                            lr=args.pretrain_lr, precision=args.precision)
-    finetune = FinetunePlan(lr=args.finetune_lr, epochs=args.epochs,
-                            batch_size=args.finetune_batch_size,
-                            max_train_examples=args.max_train_examples or None,
-                            max_eval_examples=args.max_eval_examples or None,
-                            precision=args.precision)
+    pretrain = replace(AB.pretrain, train=replace(
+        PT, batch_size=args.pretrain_batch_size, lr=args.pretrain_lr, precision=args.precision))
+    finetune = replace(AB.finetune, train=replace(
+        FT, lr=args.finetune_lr, batch_size=args.finetune_batch_size, precision=args.precision),
+        epochs=args.epochs, max_train_examples=args.max_train_examples or None,
+        max_eval_examples=args.max_eval_examples or None)
     return AblationConfig(
         output_dir=args.output, corpus=tuple(corpus), data_root=str(data), study=args.study,
         variants=args.variants, tasks=args.tasks, seeds=args.seeds,

@@ -4,11 +4,19 @@ fine-tuned model on a labeled file, label new inputs (JSONL out)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
+from bertkit.checkpoint import check_model_dir
 from bertkit.errors import BertkitError
+from bertkit.inference.finetuned import evaluate_model, predict_examples, task_of
+from bertkit.io import atomic_write_text, check_new_file, claim_output_dir
+from bertkit.tasks import ColumnSpec, FeatureSettings
+from bertkit.tasks.inputs import from_records, read_input
+from bertkit.training.finetune import FinetuneConfig, build_task, check_data, finetune_train_config, run_one
+from bertkit.training.grid import run_grid
 
 TASK_HELP = ("cola sst2 mrpc stsb qqp mnli qnli rte wnli squad1 squad2 conll2003 swag custom")
 
@@ -19,23 +27,29 @@ def register(subparsers) -> None:
     _add_predict(subparsers)
 
 
+FT = FinetuneConfig("", "", "")  # the defaults, defined once in the library
+
+
 def _add_finetune(subparsers) -> None:
     p = subparsers.add_parser("finetune", help="fine-tune a BERT checkpoint on a task",
                               description="Fine-tune with the paper's recipe (AdamW, batch 32, "
-                              "3 epochs, 10%% warmup then linear decay). Comma-separated --lr / "
-                              "--epochs and --seeds N run a grid and select on dev.")
+                              "3 epochs, 10% warmup then linear decay). Comma-separated --lr / "
+                              "--epochs and --seeds N run a grid and select on dev.",
+                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("task", help=TASK_HELP)
     p.add_argument("--model", required=True, help="HF-layout checkpoint directory")
     p.add_argument("--data", required=True, help="folder with the task's train/dev(/test) files")
-    p.add_argument("--output", required=True, help="output folder (model, metrics.json, ...)")
-    p.add_argument("--lr", default="2e-5", help="learning rate(s), e.g. 2e-5,3e-5,5e-5")
-    p.add_argument("--epochs", default="3", help="epoch count(s), e.g. 2,3,4")
+    p.add_argument("--output", required=True,
+                   help="new or empty folder (or this command's earlier run, with --resume)")
+    p.add_argument("--lr", default=f"{FT.train.lr:g}", help="learning rate(s), e.g. 2e-5,3e-5,5e-5")
+    p.add_argument("--epochs", default=f"{FT.epochs:g}", help="epoch count(s), e.g. 2,3,4")
+    p.add_argument("--max-steps", type=int, default=None, help="cap on optimizer steps per run")
     p.add_argument("--seeds", type=int, default=1, help="runs per setting (seeds seed..seed+N-1)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seed", type=int, default=FT.train.seed)
+    p.add_argument("--batch-size", type=int, default=FT.train.batch_size)
     p.add_argument("--micro-batch-size", type=int, default=None)
-    p.add_argument("--warmup-ratio", type=float, default=0.1)
-    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--warmup-ratio", type=float, default=FT.train.warmup_ratio)
+    p.add_argument("--weight-decay", type=float, default=FT.train.weight_decay)
     p.add_argument("--train-file", default=None, help="use this training file instead")
     p.add_argument("--dev-file", default=None, help="use this dev file instead")
     p.add_argument("--split-dev", type=float, default=None, metavar="F",
@@ -44,13 +58,15 @@ def _add_finetune(subparsers) -> None:
     p.add_argument("--max-train-examples", type=int, default=None)
     p.add_argument("--freeze-encoder", action="store_true",
                    help="feature-based: train only the head on a frozen encoder")
-    p.add_argument("--features", default="cls", choices=["cls", "concat-last-4"],
+    p.add_argument("--features", default=FT.features, choices=["cls", "concat-last-4"],
                    help="with --freeze-encoder: concat-last-4 = the paper's BiLSTM tagger (NER)")
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
-    p.add_argument("--device", default="auto")
+    p.add_argument("--precision", default=FT.train.precision, choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--device", default=FT.train.device)
     p.add_argument("--eval-every", type=int, default=0, help="steps between dev evaluations")
     p.add_argument("--no-test-predictions", action="store_true",
                    help="do not label the test file(s) found beside train/dev")
+    p.add_argument("--keep-training-state", action="store_true",
+                   help="keep checkpoints/ of finished runs (default: only the model)")
     p.add_argument("--resume", action="store_true", help="continue interrupted runs")
     _common(p)
     p.set_defaults(func=finetune_cmd)
@@ -84,11 +100,11 @@ def _add_predict(subparsers) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seq-length", type=int, default=None, help="default 128; SQuAD 384")
-    p.add_argument("--doc-stride", type=int, default=128)
-    p.add_argument("--max-query-length", type=int, default=64)
-    p.add_argument("--max-answer-length", type=int, default=30)
-    p.add_argument("--n-best-size", type=int, default=20)
-    p.add_argument("--eval-batch-size", type=int, default=64)
+    p.add_argument("--doc-stride", type=int, default=FT.doc_stride)
+    p.add_argument("--max-query-length", type=int, default=FT.max_query_length)
+    p.add_argument("--max-answer-length", type=int, default=FT.max_answer_length)
+    p.add_argument("--n-best-size", type=int, default=FT.n_best_size)
+    p.add_argument("--eval-batch-size", type=int, default=FT.eval_batch_size)
     p.add_argument("--max-eval-examples", type=int, default=None)
     p.add_argument("--text-column", default=None, help="custom data: text column (text)")
     p.add_argument("--pair-column", default=None, help="custom data: second text column")
@@ -97,9 +113,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def _columns(args: argparse.Namespace):
-    from bertkit.tasks import ColumnSpec
-
+def _columns(args: argparse.Namespace) -> ColumnSpec | None:
     if not (args.text_column or args.pair_column or args.label_column or args.regression):
         return None
     return ColumnSpec(text=args.text_column or "text", pair=args.pair_column,
@@ -116,27 +130,41 @@ def _floats(text: str, name: str) -> list[float]:
     return values
 
 
-def finetune_cmd(args: argparse.Namespace) -> int:
-    from bertkit.tasks import ColumnSpec
-    from bertkit.training.finetune import FinetuneConfig, build_task, check_data, run_grid, run_one
+def _feature_options(args: argparse.Namespace) -> dict:
+    """The featurization options shared by finetune, evaluate and predict."""
+    return dict(max_seq_length=args.max_seq_length, doc_stride=args.doc_stride,
+                max_query_length=args.max_query_length, max_answer_length=args.max_answer_length,
+                n_best_size=args.n_best_size, eval_batch_size=args.eval_batch_size,
+                max_eval_examples=args.max_eval_examples)
 
+
+def finetune_config(args: argparse.Namespace) -> tuple[FinetuneConfig, list[float], list[float]]:
     lrs, epochs = _floats(args.lr, "lr"), _floats(args.epochs, "epochs")
+    train = finetune_train_config(
+        args.output, lr=lrs[0], seed=args.seed, batch_size=args.batch_size,
+        max_steps=args.max_steps, micro_batch_size=args.micro_batch_size,
+        warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
+        precision=args.precision, device=args.device, eval_every=args.eval_every,
+        resume=args.resume, progress=not args.no_progress)
+    for lr in lrs[1:]:
+        dataclasses.replace(train, lr=lr)  # each grid value is validated before any work
+    cfg = FinetuneConfig(
+        task=args.task, model_dir=args.model, data_dir=args.data, train=train,
+        epochs=epochs[0], train_file=args.train_file, dev_file=args.dev_file,
+        split_dev=args.split_dev, max_train_examples=args.max_train_examples,
+        freeze_encoder=args.freeze_encoder, features=args.features,
+        columns=_columns(args) or ColumnSpec(), predict_test=not args.no_test_predictions,
+        keep_training_state=args.keep_training_state, **_feature_options(args))
+    for ep in epochs[1:]:
+        dataclasses.replace(cfg, epochs=ep)
+    return cfg, lrs, epochs
+
+
+def finetune_cmd(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         raise BertkitError(f"--seeds must be >= 1, got {args.seeds}")
-    cfg = FinetuneConfig(
-        task=args.task, model_dir=args.model, data_dir=args.data, output_dir=args.output,
-        lr=lrs[0], epochs=epochs[0], seed=args.seed, batch_size=args.batch_size,
-        micro_batch_size=args.micro_batch_size, eval_batch_size=args.eval_batch_size,
-        warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
-        max_seq_length=args.max_seq_length, doc_stride=args.doc_stride,
-        max_query_length=args.max_query_length, max_answer_length=args.max_answer_length,
-        n_best_size=args.n_best_size, max_train_examples=args.max_train_examples,
-        max_eval_examples=args.max_eval_examples, train_file=args.train_file,
-        dev_file=args.dev_file, split_dev=args.split_dev, freeze_encoder=args.freeze_encoder,
-        features=args.features,
-        columns=_columns(args) or ColumnSpec(), precision=args.precision, device=args.device,
-        eval_every=args.eval_every, predict_test=not args.no_test_predictions,
-        resume=args.resume, progress=not args.no_progress)
+    cfg, lrs, epochs = finetune_config(args)
+    check_model_dir(args.model)
     check_data(build_task(cfg), cfg)
     seeds = list(range(args.seed, args.seed + args.seeds))
     if len(lrs) == 1 and len(epochs) == 1 and len(seeds) == 1:
@@ -148,18 +176,13 @@ def finetune_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def _settings(args: argparse.Namespace, task):
-    from bertkit.tasks import FeatureSettings
-
-    return FeatureSettings(max_seq_length=args.max_seq_length or task.max_seq_length,
-                           doc_stride=args.doc_stride, max_query_length=args.max_query_length,
-                           max_answer_length=args.max_answer_length,
-                           n_best_size=args.n_best_size)
+def _settings(args: argparse.Namespace, task) -> FeatureSettings:
+    """The featurization of evaluate / predict: FinetuneConfig's rule, with these options."""
+    return FinetuneConfig("", "", "", **_feature_options(args)).settings(task)
 
 
 def evaluate_cmd(args: argparse.Namespace) -> int:
-    from bertkit.training.finetune import evaluate_model, task_of
-
+    check_model_dir(args.model)
     task = task_of(args.model, args.task, _columns(args))
     if args.file:
         path = Path(args.file)
@@ -168,6 +191,9 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
     else:
         raise BertkitError("evaluate: pass --data DIR (with --split) or --file FILE")
     out = Path(args.output) if args.output else None
+    if out is not None:
+        claim_output_dir(out, "evaluate.json", {"model": args.model, "file": str(path)},
+                         resume=True, inputs=[args.model])
     metrics = evaluate_model(args.model, task, path, _settings(args, task), args.eval_batch_size,
                              args.max_eval_examples, out, args.split, not args.no_progress)
     print(json.dumps(metrics, indent=2))
@@ -175,10 +201,7 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
 
 
 def predict_cmd(args: argparse.Namespace) -> int:
-    from bertkit.io import atomic_write_text
-    from bertkit.tasks.inputs import from_records, output_record, read_input
-    from bertkit.training.finetune import predict_examples, task_of
-
+    check_model_dir(args.model)
     task = task_of(args.model, args.task, _columns(args))
     if args.input:
         examples = read_input(task, Path(args.input))
@@ -190,9 +213,10 @@ def predict_cmd(args: argparse.Namespace) -> int:
                                                     if v is not None})])
     pairs = predict_examples(args.model, task, examples, _settings(args, task),
                              args.eval_batch_size)
-    lines = [json.dumps(output_record(e, p), ensure_ascii=False) for e, p in pairs]
+    lines = [json.dumps(task.output_record(e, p), ensure_ascii=False) for e, p in pairs]
     text = "\n".join(lines) + ("\n" if lines else "")
     if args.output:
+        check_new_file(args.output, inputs=[args.model] + ([args.input] if args.input else []))
         atomic_write_text(args.output, text)
     else:
         sys.stdout.write(text)

@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "bertkit.cli.data_cmds",
     "bertkit.cli.vocab_cmds",
     "bertkit.cli.ablate_cmds",
+    "bertkit.cli.demo_cmds",
 ]
 
 

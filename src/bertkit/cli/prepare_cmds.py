@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import math
 
-from bertkit.data.chunks import ChunkConfig
+from bertkit.data.chunks import ChunkConfig, default_max_predictions
 from bertkit.data.corpus import FORMATS
 from bertkit.data.instances import OBJECTIVES, InstanceConfig
 from bertkit.data.prepare import PrepareConfig, prepare
@@ -51,7 +50,7 @@ def config_from_args(args: argparse.Namespace) -> PrepareConfig:
         1 if args.dynamic_masking else 5)
     max_pred = args.max_predictions_per_seq
     if max_pred is None:
-        max_pred = max(1, math.ceil(round(args.max_seq_length * args.masked_lm_prob, 6)))
+        max_pred = default_max_predictions(args.max_seq_length, args.masked_lm_prob)
     instance = InstanceConfig(args.max_seq_length, args.short_seq_prob, args.objective)
     chunk = ChunkConfig(instance, dupe, args.masked_lm_prob, max_pred, args.whole_word_mask,
                         args.dynamic_masking, args.seed)

@@ -8,11 +8,15 @@ import logging
 import os
 from pathlib import Path
 
-import torch
+from bertkit.inference.pretraining import fill_mask, is_next_probability, load_pretraining_model
+from bertkit.studies.report import plot_run
+from bertkit.training import distributed
+from bertkit.training.loop import PRECISIONS
+from bertkit.training.optim import OPTIMIZERS
+from bertkit.training.pretrain import OBJECTIVES, PretrainConfig, pretrain_train_config, run_pretraining
 
-from bertkit.errors import BertkitError
-
-log = logging.getLogger(__name__)
+PT = PretrainConfig(data="")  # the defaults, defined once in the library
+T = PT.train
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,25 +57,26 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
     which.add_argument("--init", help="continue from a checkpoint directory (HF layout)")
     p.add_argument("--tokenizer", help="tokenizer dir (vocab check, dynamic masking, export); "
                    "default: the --init dir when it has vocab.txt")
-    p.add_argument("--objective", default="mlm+nsp", choices=("mlm+nsp", "mlm", "ltr", "sop"))
-    p.add_argument("--max-steps", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=256, help="global examples per step")
+    p.add_argument("--objective", default=PT.objective, choices=OBJECTIVES)
+    p.add_argument("--max-steps", type=int, default=T.max_steps)
+    p.add_argument("--batch-size", type=int, default=T.batch_size, help="global examples per step")
     p.add_argument("--micro-batch-size", type=int, help="per forward per process "
                    "(gradient accumulation = batch / (micro x processes))")
-    p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--warmup-steps", type=int, default=10_000)
+    p.add_argument("--lr", type=float, default=T.lr)
+    p.add_argument("--warmup-steps", type=int, default=T.warmup_steps,
+                   help="capped at 10%% of --max-steps when it is not shorter than the run")
     p.add_argument("--warmup-ratio", type=float, help="fraction of --max-steps (overrides steps)")
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--optimizer", default="adamw", choices=("adamw", "lamb"))
-    p.add_argument("--max-grad-norm", type=float, default=1.0)
-    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"))
+    p.add_argument("--weight-decay", type=float, default=T.weight_decay)
+    p.add_argument("--optimizer", default=T.optimizer, choices=OPTIMIZERS)
+    p.add_argument("--max-grad-norm", type=float, default=T.max_grad_norm)
+    p.add_argument("--precision", default=T.precision, choices=PRECISIONS)
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--seed", type=int, default=T.seed)
+    p.add_argument("--log-every", type=int, default=T.log_every)
     p.add_argument("--eval-every", type=int, default=0, help="0 = only at the end")
-    p.add_argument("--save-every", type=int, default=1000, help="0 = only at the end")
-    p.add_argument("--keep", type=int, default=2, help="training states kept (0 = all)")
-    p.add_argument("--device", default="auto")
+    p.add_argument("--save-every", type=int, default=T.save_every, help="0 = only at the end")
+    p.add_argument("--keep", type=int, default=T.keep, help="training states kept (0 = all)")
+    p.add_argument("--device", default=T.device)
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.add_argument("--tensorboard", action="store_true",
@@ -79,33 +84,20 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-data", help="held-out shard folder (default: hold out the last "
                    "--eval-holdout instances of --data)")
     p.add_argument("--eval-holdout", type=int, help="default min(2000, 5%% of the data)")
-    p.add_argument("--eval-batches", type=int, default=20)
+    p.add_argument("--eval-batches", type=int, default=PT.eval_batches)
     p.add_argument("--phase2-data", help="phase-2 shards (the paper: length 512)")
     p.add_argument("--phase2-steps", type=int, default=0)
     p.set_defaults(func=run_pretrain)
 
 
-def _warmup(args: argparse.Namespace) -> int:
-    """The paper's 10k warmup is for 1M steps; a short run would never reach the peak lr."""
-    if args.warmup_ratio is None and args.warmup_steps >= args.max_steps:
-        capped = args.max_steps // 10
-        log.warning("--warmup-steps %d >= --max-steps %d: using %d warmup steps (10%%)",
-                    args.warmup_steps, args.max_steps, capped)
-        return capped
-    return args.warmup_steps
-
-
 def run_pretrain(args: argparse.Namespace) -> int:
-    from bertkit.training import TrainConfig, distributed
-    from bertkit.training.pretrain import PretrainConfig, run_pretraining
-
     distributed.setup(os.environ)
     if not distributed.is_main():
         logging.getLogger().setLevel(logging.WARNING)  # rank 0 alone reports progress
     try:
-        train_cfg = TrainConfig(
-            output_dir=args.output, max_steps=args.max_steps, batch_size=args.batch_size,
-            micro_batch_size=args.micro_batch_size, lr=args.lr, warmup_steps=_warmup(args),
+        train_cfg = pretrain_train_config(
+            args.output, max_steps=args.max_steps, batch_size=args.batch_size,
+            micro_batch_size=args.micro_batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
             warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
             optimizer=args.optimizer, max_grad_norm=args.max_grad_norm,
             precision=args.precision, seed=args.seed, log_every=args.log_every,
@@ -128,90 +120,21 @@ def run_pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    """metrics.jsonl of a run (phase 2 appended with its steps shifted after phase 1's)."""
-    files = [run_dir / "metrics.jsonl", run_dir / "phase2" / "metrics.jsonl"]
-    if not files[0].is_file():
-        raise BertkitError(f"{files[0]}: not found (is {run_dir} a training run folder?)")
-    records: list[dict] = []
-    for path in files:
-        if not path.is_file():
-            continue
-        offset = records[-1]["step"] if records else 0
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise BertkitError(f"{path}:{n}: not a JSON line ({err.msg})") from err
-            records.append({**record, "step": record["step"] + offset})
-    return records
-
-
 def run_plot(args: argparse.Namespace) -> int:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise BertkitError("bertkit plot needs matplotlib: pip install 'bertkit[plot]'") from err
-    records = read_metrics(args.run_dir)
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, keys, title in ((ax_loss, ("loss", "mlm_loss", "nsp_loss", "eval_loss",
-                                       "eval_mlm_loss"), "loss"),
-                            (ax_acc, ("mlm_acc", "nsp_acc", "eval_mlm_acc", "eval_nsp_acc"),
-                             "accuracy")):
-        for key in keys:
-            points = [(r["step"], r[key]) for r in records if key in r]
-            if points:
-                xs, ys = zip(*points)
-                ax.plot(xs, ys, label=key, marker="o" if key.startswith("eval") else None)
-        ax.set_xlabel("step")
-        ax.set_title(title)
-        ax.legend()
-        ax.grid(alpha=0.3)
-    out = args.output or args.run_dir / "curves.png"
-    from bertkit.io import atomic_path
-
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    print(out)
+    print(plot_run(args.run_dir, args.output or args.run_dir / "curves.png"))
     return 0
 
 
 def run_fill_mask(args: argparse.Namespace) -> int:
-    from bertkit.heads import BertForMaskedLM
-    from bertkit.tokenization import BertTokenizer
-
-    tokenizer = BertTokenizer.from_pretrained(args.model)
-    model = BertForMaskedLM.from_pretrained(args.model)
-    enc = tokenizer.encode(args.text, max_length=model.config.max_position_embeddings)
-    where = [i for i, t in enumerate(enc.input_ids) if t == tokenizer.mask_token_id]
-    if not where:
-        raise BertkitError(f'no [MASK] in the text: {args.text!r} (write "[MASK]" where a word '
-                           "should be predicted)")
-    ids = torch.tensor([enc.input_ids])
-    with torch.no_grad():
-        logits = model(ids, torch.tensor([enc.token_type_ids])).logits[0]  # (T, V)
-    for i in where:
-        probs = logits[i].float().softmax(-1)
-        top = probs.topk(min(args.top_k, probs.numel()))
-        print(f"[MASK] at token {i}:")
-        for p, t in zip(top.values.tolist(), top.indices.tolist()):
-            print(f"  {tokenizer.convert_ids_to_tokens([t])[0]:<20} {p:.4f}")
+    model, tokenizer = load_pretraining_model(args.model, "mlm")
+    for position, top in fill_mask(model, tokenizer, args.text, args.top_k):
+        print(f"[MASK] at token {position}:")
+        for token, p in top:
+            print(f"  {token:<20} {p:.4f}")
     return 0
 
 
 def run_nsp(args: argparse.Namespace) -> int:
-    from bertkit.heads import BertForPreTraining
-    from bertkit.tokenization import BertTokenizer
-
-    tokenizer = BertTokenizer.from_pretrained(args.model)
-    model = BertForPreTraining.from_pretrained(args.model)
-    enc = tokenizer.encode(args.a, pair=args.b, max_length=model.config.max_position_embeddings)
-    with torch.no_grad():
-        out = model(torch.tensor([enc.input_ids]), torch.tensor([enc.token_type_ids]))
-    is_next = float(out.nsp_logits[0].float().softmax(-1)[0])  # label 0 = IsNext
-    print(f"IsNext probability: {is_next:.4f}")
+    model, tokenizer = load_pretraining_model(args.model, "nsp")
+    print(f"IsNext probability: {is_next_probability(model, tokenizer, args.a, args.b):.4f}")
     return 0

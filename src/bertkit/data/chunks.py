@@ -12,6 +12,7 @@ instances `dupe_factor` times, shuffle them, mask them, pack them.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 
@@ -22,6 +23,12 @@ from bertkit.data.instances import Instance, InstanceConfig, TokenDocument, crea
 from bertkit.data.masking import VocabInfo, mask_batch
 from bertkit.data.shards import PackedInstances, token_dtype
 from bertkit.errors import BertkitError
+
+
+def default_max_predictions(max_seq_length: int, masked_lm_prob: float) -> int:
+    """Google's max_predictions_per_seq for a length: masked_lm_prob of it, rounded up (20 for
+    128 x 0.15, 77 for 512 x 0.15), the one rule every caller uses."""
+    return max(1, math.ceil(round(max_seq_length * masked_lm_prob, 6)))
 
 
 @dataclass(frozen=True)

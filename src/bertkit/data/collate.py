@@ -90,15 +90,6 @@ class DynamicMaskingCollate:
         self.whole_word_mask = whole_word_mask
         self.pad_token_id = pad_token_id
 
-    @classmethod
-    def from_tokenizer(cls, tokenizer, rng: np.random.Generator | int = 0, **kwargs):
-        """Convenience: vocabulary facts and the pad id from a `BertTokenizer`."""
-        kwargs.setdefault("pad_token_id", tokenizer.pad_token_id)
-        return cls(VocabInfo.from_tokenizer(tokenizer), rng, **kwargs)
-
-    def reseed(self, seed: int | Sequence[int]) -> None:
-        self.rng = np.random.default_rng(seed)
-
     def __call__(self, items: Sequence[Item]) -> dict[str, torch.Tensor]:
         if not items:
             raise BertkitError("cannot collate an empty batch")

@@ -13,14 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.io import atomic_write_text
 from bertkit.studies import pipeline
 from bertkit.studies.report import (
     format_mean_std,
@@ -30,7 +28,11 @@ from bertkit.studies.report import (
     read_jsonl,
     write_markdown,
 )
+from bertkit.studies.results import Progress, ResultsStore, calibrate, last_eval, run_cells
 from bertkit.tasks import get_task
+from bertkit.tokenization import BertTokenizer
+from bertkit.training.finetune import FinetuneConfig, finetune_train_config
+from bertkit.training.pretrain import PretrainConfig, pretrain_train_config
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +63,12 @@ class AblationConfig:
     max_seq_length: int = 128
     dropout: float = 0.1  # of every variant's architecture, pre-training and fine-tuning alike
     dupe_factor: int = 1
-    pretrain: pipeline.PretrainPlan = field(default_factory=lambda: pipeline.PretrainPlan(
-        BertConfig.preset("tiny")))  # `config` and `steps` are filled in per variant
-    finetune: pipeline.FinetunePlan = field(default_factory=pipeline.FinetunePlan)
+    # The recipes; data, folders, steps and seeds are filled in per variant and cell.
+    pretrain: PretrainConfig = field(default_factory=lambda: PretrainConfig(
+        data="", train=pretrain_train_config(batch_size=32, lr=1e-3, warmup_ratio=0.1)))
+    finetune: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(
+        "", "", "", train=finetune_train_config(lr=1e-3), max_seq_length=128,
+        max_train_examples=2000))
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -97,80 +102,9 @@ class AblationConfig:
         keep = asdict(self)
         for name in ("output_dir", "variants", "tasks", "seeds", "progress"):
             keep.pop(name)
-        keep["pretrain"].pop("config")
-        keep["pretrain"].pop("steps")
+        for recipe in (keep["pretrain"], keep["finetune"]):
+            recipe["train"].pop("progress")
         return json.loads(json.dumps(keep, default=str))
-
-
-class ResultsStore:
-    """`results.json`: the settings, the pre-training plan and one record per finished cell,
-    rewritten atomically after every change (a kill loses at most the cell in progress)."""
-
-    def __init__(self, path: str | Path, settings: dict[str, Any]):
-        self.path = Path(path)
-        settings = json.loads(json.dumps(settings, default=str))
-        if self.path.is_file():
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-            if data.get("settings") != settings:
-                changed = sorted(k for k in settings if data.get("settings", {}).get(k) != settings[k])
-                raise BertkitError(f"{self.path}: made with other settings ({', '.join(changed)}); "
-                                   "use another --output to start a new ablation")
-            self.data = data
-        else:
-            self.data = {"settings": settings, "pretrain": {}, "cells": {}}
-
-    @staticmethod
-    def key(variant: str, task: str, seed: int) -> str:
-        return f"{variant}/{task}/{seed}"
-
-    def has(self, key: str) -> bool:
-        return key in self.data["cells"]
-
-    def put(self, key: str, record: dict[str, Any]) -> None:
-        self.data["cells"][key] = record
-        self._write()
-
-    def pretrain_info(self, variant: str) -> dict[str, Any] | None:
-        return self.data["pretrain"].get(variant)
-
-    def put_pretrain(self, variant: str, info: dict[str, Any]) -> None:
-        self.data["pretrain"][variant] = {**self.data["pretrain"].get(variant, {}), **info}
-        self._write()
-
-    def scores(self, variant: str, task: str) -> list[float]:
-        prefix = f"{variant}/{task}/"
-        return [c["score"] for k, c in sorted(self.data["cells"].items()) if k.startswith(prefix)]
-
-    def _write(self) -> None:
-        atomic_write_text(self.path, json.dumps(self.data, indent=2, default=str) + "\n")
-
-
-class Progress:
-    """Overall progress over every unit of work, logged as `[k/N] what (elapsed, ETA)`."""
-
-    def __init__(self, total: int, done: int = 0):
-        self.total, self.done, self.t0, self.started = total, done, time.perf_counter(), done
-
-    def step(self, what: str) -> None:
-        elapsed = time.perf_counter() - self.t0
-        rate = elapsed / max(1, self.done - self.started)
-        eta = f", ETA {rate * (self.total - self.done) / 60:.1f} min" if self.done > self.started else ""
-        log.info("[%d/%d] %s (%.1f min elapsed%s)", self.done + 1, self.total, what, elapsed / 60, eta)
-        self.done += 1
-
-
-def run_cells(store: ResultsStore, cells: Sequence[tuple[str, str, int]],
-              run_cell: Callable[[str, str, int], dict[str, Any]],
-              progress: Progress | None = None) -> None:
-    """Run every cell not yet in the store, recording each as soon as it finishes."""
-    for variant, task, seed in cells:
-        key = store.key(variant, task, seed)
-        if store.has(key):
-            continue
-        if progress is not None:
-            progress.step(f"fine-tune {key}")
-        store.put(key, {"variant": variant, "task": task, "seed": seed,
-                        **run_cell(variant, task, seed)})
 
 
 def variant_config(cfg: AblationConfig, variant: str, vocab_size: int) -> BertConfig:
@@ -185,38 +119,28 @@ def plan_pretraining(cfg: AblationConfig, store: ResultsStore, shards: Path, tok
     one calibration and the same steps for all (the paper's equal-steps comparison); sizes:
     each size calibrated for the same wall time."""
     variants = cfg.pretrained_variants
-    todo = [v for v in variants if store.pretrain_info(v) is None]
     seconds = cfg.budget_minutes * 60 / max(1, len(variants))
-    done = [store.pretrain_info(v) for v in variants if store.pretrain_info(v) is not None]
-    step_s: dict[str, float] = {}
-    for v in todo:
-        if cfg.study == "objectives" and done:  # a variant added later: the same steps
+    for v in variants:
+        base = "mlm+nsp" if cfg.study == "objectives" else v
+        done = [store.pretrain_info(w) for w in variants if store.pretrain_info(w) is not None]
+        if cfg.study == "objectives" and done and store.pretrain_info(v) is None:
             store.put_pretrain(v, {k: done[0][k] for k in ("steps", "seconds_per_step",
                                                            "budget_seconds")})
             continue
-        base = "mlm+nsp" if cfg.study == "objectives" else v
-        if base not in step_s:
-            step_s[base] = pipeline.seconds_per_step(_plan(cfg, base, tokenizer.vocab_size, 1),
-                                                     shards, tokenizer)
-        steps = pipeline.steps_for_budget(seconds, step_s[base])
-        store.put_pretrain(v, {"steps": steps, "seconds_per_step": round(step_s[base], 4),
-                               "budget_seconds": round(seconds, 1)})
-        log.info("pre-training %s: %d steps (%.2f s/step measured, %.0f s budget)", v, steps,
-                 step_s[base], seconds)
+        recipe, config = _recipe(cfg, base), variant_config(cfg, base, tokenizer.vocab_size)
+        calibrate(store, v, seconds,
+                  lambda r=recipe, c=config: pipeline.seconds_per_step(r, c, shards, tokenizer))
 
 
-def _plan(cfg: AblationConfig, variant: str, vocab_size: int, steps: int) -> pipeline.PretrainPlan:
+def _recipe(cfg: AblationConfig, variant: str) -> PretrainConfig:
     objective = variant if cfg.study == "objectives" else "mlm+nsp"
-    return replace(cfg.pretrain, config=variant_config(cfg, variant, vocab_size),
-                   objective=objective, steps=steps)
+    return replace(cfg.pretrain, objective=objective)
 
 
 def build_models(cfg: AblationConfig, store: ResultsStore, progress: Progress) -> dict[str, Path]:
     """Vocabulary, shards, then each variant's model (pre-trained, or random for "none")."""
     out = Path(cfg.output_dir)
     if cfg.tokenizer is not None:
-        from bertkit.tokenization import BertTokenizer
-
         tok_dir, tokenizer = Path(cfg.tokenizer), BertTokenizer.from_pretrained(cfg.tokenizer)
     else:
         progress.step(f"vocabulary ({cfg.vocab_size} WordPieces)")
@@ -233,63 +157,43 @@ def build_models(cfg: AblationConfig, store: ResultsStore, progress: Progress) -
         if v == "none":
             config = variant_config(cfg, cfg.model, tokenizer.vocab_size)
             models[v] = pipeline.random_init(config, tokenizer, out / "pretrain" / "none" / "model",
-                                             cfg.pretrain.seed)
+                                             cfg.pretrain.train.seed)
             continue
         progress.step(f"pre-train {v}")
         info = store.pretrain_info(v) or {}
         t0 = time.perf_counter()
         fresh = not (out / "pretrain" / v / "model" / "config.json").is_file()
-        models[v] = pipeline.pretrain(_plan(cfg, v, tokenizer.vocab_size, info["steps"]),
-                                      out / "shards", tok_dir, out / "pretrain" / v,
-                                      progress=cfg.progress)
+        models[v] = pipeline.pretrain_model(
+            _recipe(cfg, v), variant_config(cfg, v, tokenizer.vocab_size), info["steps"],
+            out / "shards", tok_dir, out / "pretrain" / v)
         if fresh:
             store.put_pretrain(v, {"seconds": round(time.perf_counter() - t0, 1),
                                    **last_eval(out / "pretrain" / v)})
     return models
 
 
-def last_eval(run_dir: Path) -> dict[str, float]:
-    """The final held-out metrics of a pre-training run (from its metrics.jsonl)."""
-    path = run_dir / "metrics.jsonl"
-    records = read_jsonl(path) if path.is_file() else []
-    evals = [r for r in records if any(k.startswith("eval_") for k in r)]
-    return {k: v for k, v in (evals[-1] if evals else {}).items() if k.startswith("eval_")}
+SQUAD_HELD_OUT = 0.2  # SQuAD v1.1 without a train file: the last 20% of dev's articles
 
 
-def task_files(task: str, data_root: str | Path, work_dir: Path) -> tuple[dict[str, str], str]:
-    """The train and dev files of `task` under `data_root` (../shared/data's `glue/SST-2/` or
-    `bertkit data download`'s `glue-sst-2/SST-2/`), and a note for the report. SQuAD v1.1
-    without a train file: its dev set is split by article (every 5th article -> test)."""
+def task_files(task: str, data_root: str | Path) -> tuple[dict[str, Any], str]:
+    """How to find `task`'s data under `data_root` (../shared/data's `glue/SST-2/` or `bertkit
+    data download`'s `glue-sst-2/SST-2/`): the FinetuneConfig fields (train/dev files, or
+    `split_dev` for SQuAD v1.1 without a train file, by the fine-tuning rule) and a note."""
     root, t = Path(data_root), get_task(task)
     folders = ([root / "squad", root / task, root] if task.startswith("squad") else
                [root / "glue", root / f"glue-{t.spec.folder.lower()}", root])
     for folder in folders:
         train, dev = t.find_file(folder, "train"), t.find_file(folder, "dev")
         if train.is_file() and dev.is_file():
-            return {"train": str(train), "dev": str(dev)}, ""
+            return {"train_file": str(train), "dev_file": str(dev)}, ""
         if task == "squad1" and dev.is_file():
-            return split_squad_by_article(dev, work_dir / "squad1-split"), (
+            return {"dev_file": str(dev), "split_dev": SQUAD_HELD_OUT}, (
                 f"SQuAD v1.1 has no train file in {folder}: its dev set ({dev.name}) was split by "
-                "article, every 5th article held out as the test set, the rest used to train")
+                f"article, the last {SQUAD_HELD_OUT:.0%} held out for evaluation, the rest used "
+                "to train (`bertkit finetune --split-dev`)")
     raise BertkitError(f"{task}: no train/dev files under {root} (looked in "
                        f"{', '.join(str(f) for f in folders)}); fetch them with "
                        f"`bertkit data download` or pass --data DIR")
-
-
-def split_squad_by_article(dev: Path, out_dir: Path) -> dict[str, str]:
-    """Articles 0, 5, 10, ... -> test (written as dev-v1.1.json), the others -> train, so no
-    paragraph of a test article is ever seen in training."""
-    data = json.loads(dev.read_text(encoding="utf-8"))
-    articles = data["data"]
-    parts = {"train": [a for i, a in enumerate(articles) if i % 5],
-             "dev": [a for i, a in enumerate(articles) if i % 5 == 0]}
-    files = {}
-    for split, chosen in parts.items():
-        path = out_dir / f"{split}-v1.1.json"
-        if not path.is_file():
-            atomic_write_text(path, json.dumps({"data": chosen, "version": data.get("version")}))
-        files[split] = str(path)
-    return files
 
 
 def cells_of(cfg: AblationConfig) -> list[tuple[str, str, int]]:
@@ -299,10 +203,13 @@ def cells_of(cfg: AblationConfig) -> list[tuple[str, str, int]]:
 def run_ablation(cfg: AblationConfig) -> Path:
     """The whole study, resumable; returns the report `OUTPUT/REPORT.md`."""
     out = Path(cfg.output_dir)
+    if out.is_dir() and any(out.iterdir()) and not (out / "results.json").is_file():
+        raise BertkitError(f"{out}: not empty and not an ablation folder (no results.json); "
+                           "choose a new or empty --output")
     out.mkdir(parents=True, exist_ok=True)
     store = ResultsStore(out / "results.json", cfg.identity())
     cells = cells_of(cfg)
-    files = {t: task_files(t, cfg.data_root, out / "data") for t in cfg.tasks}
+    files = {t: task_files(t, cfg.data_root) for t in cfg.tasks}
     units = (cfg.tokenizer is None) + bool(cfg.pretrained_variants) + len(cfg.pretrained_variants)
     todo = [c for c in cells if not store.has(store.key(*c))]
     progress = Progress(units + len(cells), len(cells) - len(todo))
@@ -310,11 +217,10 @@ def run_ablation(cfg: AblationConfig) -> Path:
 
     def run_cell(variant: str, task: str, seed: int) -> dict[str, Any]:
         cell_dir = out / "finetune" / variant / task / f"seed-{seed}"
-        plan = cfg.finetune
+        recipe = replace(cfg.finetune, **files[task][0])
         if task.startswith("squad"):  # question + context windows need more than 128 tokens
-            plan = replace(plan, max_seq_length=SQUAD_MAX_SEQ_LENGTH)
-        return pipeline.finetune(models[variant], task, cell_dir, cell_dir, seed, plan,
-                                 files[task][0], progress=cfg.progress)
+            recipe = replace(recipe, max_seq_length=SQUAD_MAX_SEQ_LENGTH)
+        return pipeline.finetune_cell(recipe, models[variant], task, cell_dir, seed)
 
     run_cells(store, cells, run_cell, progress)
     return write_report(cfg, store, {t: note for t, (_, note) in files.items() if note})
@@ -349,10 +255,10 @@ def write_report(cfg: AblationConfig, store: ResultsStore, notes: dict[str, str]
     budget = cfg.budget_minutes / max(1, len(cfg.pretrained_variants))
     lines = [f"# Ablation: {cfg.study}", "",
              f"Pre-training: {budget:.1f} min per variant on {len(cfg.corpus)} corpus file(s), "
-             f"sequence length {cfg.max_seq_length}, batch {cfg.pretrain.batch_size}, peak lr "
-             f"{cfg.pretrain.lr}. Fine-tuning: lr {cfg.finetune.lr}, {cfg.finetune.epochs} epochs, "
-             f"batch {cfg.finetune.batch_size}, at most {cfg.finetune.max_train_examples} training "
-             f"examples, {cfg.seeds} seed(s); dev scores as mean ± std over seeds.", "", table, ""]
+             f"sequence length {cfg.max_seq_length}, batch {cfg.pretrain.train.batch_size}, peak lr "
+             f"{cfg.pretrain.train.lr}. Fine-tuning: lr {cfg.finetune.train.lr}, "
+             f"{cfg.finetune.epochs} epochs, batch {cfg.finetune.train.batch_size}, at most "
+             f"{cfg.finetune.max_train_examples} training examples, {cfg.seeds} seed(s); dev scores as mean ± std over seeds.", "", table, ""]
     lines += [f"- {note}" for note in notes.values()]
     if "ltr" in cfg.variant_names:
         lines.append("- LTR & No NSP: its held-out accuracy is next-token accuracy; it is "

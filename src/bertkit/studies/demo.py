@@ -13,22 +13,24 @@ Every step is cached under demo-report/work: running the demo again continues wh
 
 from __future__ import annotations
 
-import argparse
-import logging
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import Any
 
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
+from bertkit.inference.pretraining import fill_mask, is_next_probability, load_pretraining_model
+from bertkit.metrics import mean_std
 from bertkit.model import BertModel
 from bertkit.studies import pipeline
-from bertkit.studies.ablate import ResultsStore, run_cells
+from bertkit.studies.ablate import task_files
 from bertkit.studies.probe import drift_table, layer_drift
-from bertkit.studies.report import format_mean_std, mean_std, plot_bars, plot_curves, read_jsonl
+from bertkit.studies.report import format_mean_std, plot_bars, plot_curves, read_jsonl, write_markdown
+from bertkit.studies.results import Progress, ResultsStore, calibrate, last_eval, run_cells
 from bertkit.tokenization import BertTokenizer
+from bertkit.training.finetune import FinetuneConfig, finetune_train_config
+from bertkit.training.pretrain import PretrainConfig, pretrain_train_config
 
 SENTENCE_MONEY = "I deposited money at the bank"
 SENTENCE_RIVER = "we sat on the bank of the river"
@@ -46,42 +48,37 @@ VARIANTS = {"pretrained": "pre-trained (MLM + NSP)", "random": "random initialis
 REFERENCE = {"minilm": "all-MiniLM-L6-v2 (pre-trained at scale)",
              "minilm-random": "MiniLM architecture, random init"}
 NAMES = {**VARIANTS, **REFERENCE}
-REPO = Path(__file__).resolve().parents[2]
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bertkit.studies.demo", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus", nargs="+", default=None, metavar="FILE",
-                   help="pre-training text (default: ../shared/data/books/*.txt)")
-    p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data", metavar="DIR",
-                   help="folder holding glue/SST-2 (default: ../shared/data)")
-    p.add_argument("--output", type=Path, default=Path("demo-report"), metavar="DIR")
-    p.add_argument("--budget-minutes", type=float, default=7.0, help="pre-training time (7)")
-    p.add_argument("--model", default="tiny", help="architecture preset (tiny: 2 layers x 128)")
-    p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--dropout", type=float, default=0.1,
-                   help="dropout of the architecture, pre-training and fine-tuning alike (0.1)")
-    p.add_argument("--pretrain-lr", type=float, default=1e-3)
-    p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--vocab-criterion", choices=("frequency", "likelihood"), default="frequency",
-                   help="WordPiece merge criterion (frequency; see docs/ablations.md)")
-    p.add_argument("--pretrain-mb", type=float, default=20.0,
-                   help="MB of the corpus turned into pre-training instances (20)")
-    p.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per model (3)")
-    p.add_argument("--train-examples", type=int, default=2000, help="SST-2 training subset")
-    p.add_argument("--dev-examples", type=int, default=None, help="SST-2 dev subset (all 872)")
-    p.add_argument("--finetune-lr", type=float, default=1e-3,
-                   help="fine-tuning lr of both small models (1e-3: at 3e-4 random-init runs "
-                   "can stay at the majority class; docs/ablations.md)")
-    p.add_argument("--epochs", type=float, default=3.0)
-    p.add_argument("--skip-probe", action="store_true", help="skip the MiniLM opening section")
-    p.add_argument("--no-reference", action="store_true",
-                   help="skip the MiniLM pre-trained vs random-init reference pair")
-    p.add_argument("--reference-lr", type=float, default=1e-4)
-    p.add_argument("--reference-epochs", type=float, default=1.0)
-    p.add_argument("--no-progress", action="store_true")
-    return p.parse_args(argv)
+@dataclass(frozen=True)
+class DemoConfig:
+    """Every setting of the demo (`bertkit demo`, `make demo`)."""
+
+    data: Path  # folder holding books/ and glue/SST-2 (../shared/data)
+    corpus: tuple[str, ...] | None = None  # pre-training text (default: DATA/books/*.txt)
+    output: Path = Path("demo-report")
+    budget_minutes: float = 7.0  # pre-training time
+    model: str = "tiny"  # architecture preset (tiny: 2 layers x 128)
+    max_seq_length: int = 128
+    dropout: float = 0.1  # of the architecture, pre-training and fine-tuning alike
+    pretrain_lr: float = 1e-3
+    vocab_size: int = 8000
+    vocab_criterion: str = "frequency"  # see docs/ablations.md
+    pretrain_mb: float = 20.0  # MB of the corpus turned into pre-training instances
+    seeds: int = 3  # fine-tuning seeds per model
+    train_examples: int = 2000  # SST-2 training subset
+    dev_examples: int | None = None  # SST-2 dev subset (None: all 872)
+    finetune_lr: float = 1e-3  # both small models (at 3e-4 random init can stay at one class)
+    epochs: float = 3.0
+    skip_probe: bool = False  # skip the MiniLM opening section
+    no_reference: bool = False  # skip the MiniLM pre-trained vs random-init reference pair
+    reference_lr: float = 1e-4
+    reference_epochs: float = 1.0
+    no_progress: bool = False
+
+    def __post_init__(self) -> None:
+        if self.budget_minutes <= 0 or self.seeds < 1 or self.train_examples < 1:
+            raise BertkitError("--budget-minutes must be > 0, --seeds and --train-examples >= 1")
 
 
 def banner(text: str) -> None:
@@ -120,37 +117,12 @@ def pretraining_files(corpus: list[str], megabytes: float) -> list[str]:
     return chosen
 
 
-def fill_mask(model, tokenizer, text: str, k: int = 5) -> list[list[tuple[str, float]]]:
-    """Top-k (token, probability) for each [MASK] of `text`."""
-    enc = tokenizer.encode(text)
-    ids = torch.tensor([enc.input_ids])
-    with torch.inference_mode():
-        logits = model(ids, torch.tensor([enc.token_type_ids])).mlm_logits[0]  # (T, V)
-    out = []
-    for i, token in enumerate(enc.input_ids):
-        if token == tokenizer.mask_token_id:
-            top = logits[i].float().softmax(-1).topk(k)
-            out.append([(tokenizer.convert_ids_to_tokens([t])[0], float(p))
-                        for p, t in zip(top.values, top.indices)])
-    return out
-
-
-def is_next_probability(model, tokenizer, a: str, b: str) -> float:
-    enc = tokenizer.encode(a, pair=b)
-    with torch.inference_mode():
-        out = model(torch.tensor([enc.input_ids]), torch.tensor([enc.token_type_ids]))
-    return float(out.nsp_logits[0].float().softmax(-1)[0])  # label 0 = IsNext
-
-
 def what_it_learned(model_dir: Path) -> list[str]:
     """Step 3, printed and returned as Markdown lines for the report."""
-    from bertkit.heads import BertForPreTraining
-
-    model = BertForPreTraining.from_pretrained(model_dir)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    model, tokenizer = load_pretraining_model(model_dir, "mlm", "nsp")
     lines = ["| sentence | top-5 predictions for [MASK] |", "|---|---|"]
     for text in FILL_MASK:
-        guesses = ", ".join(f"{tok} ({p:.2f})" for tok, p in fill_mask(model, tokenizer, text)[0])
+        guesses = ", ".join(f"{tok} ({p:.2f})" for tok, p in fill_mask(model, tokenizer, text)[0][1])
         print(f"  {text}\n      -> {guesses}")
         lines.append(f"| {text} | {guesses} |")
     real = is_next_probability(model, tokenizer, NSP_A, NSP_REAL)
@@ -175,23 +147,21 @@ def reference_models(work: Path) -> dict[str, Path]:
     return {"minilm": path, "minilm-random": rnd}
 
 
-def find_inputs(args: argparse.Namespace, work: Path) -> tuple[list[str], dict[str, str]]:
+def find_inputs(args: DemoConfig) -> tuple[list[str], dict[str, Any]]:
     """The corpus and SST-2 files, or a message saying what to pass (before any work starts)."""
-    from bertkit.studies.ablate import task_files
-
-    corpus = args.corpus or sorted(str(p) for p in (args.data / "books").glob("*.txt"))
+    corpus = list(args.corpus or ()) or sorted(str(p) for p in (args.data / "books").glob("*.txt"))
     if not corpus:
         raise BertkitError(f"no pre-training text: {args.data / 'books'} holds no .txt files; run "
                            "`make demo CORPUS=path/to/text.txt` (or --corpus FILE...)")
     try:
-        files, _ = task_files("sst2", args.data, work)
+        files, _ = task_files("sst2", args.data)
     except BertkitError as err:
         raise BertkitError(f"{err}. Get SST-2 with `bertkit data download glue-sst-2 --dest data` "
                            "and pass --data data") from err
     return corpus, files
 
 
-def identity(args: argparse.Namespace, corpus: list[str]) -> dict:
+def identity(args: DemoConfig, corpus: list[str]) -> dict:
     """The settings the cached steps under demo-report/work depend on."""
     return {"corpus": corpus, "vocab_size": args.vocab_size, "criterion": args.vocab_criterion,
             "model": args.model, "dropout": args.dropout, "pretrain_lr": args.pretrain_lr,
@@ -202,8 +172,8 @@ def identity(args: argparse.Namespace, corpus: list[str]) -> dict:
             "reference_lr": args.reference_lr, "reference_epochs": args.reference_epochs}
 
 
-def pretrain_section(args, store: ResultsStore, corpus: list[str], tokenizer, work: Path
-                     ) -> tuple[Path, pipeline.PretrainPlan]:
+def pretrain_section(args: DemoConfig, store: ResultsStore, corpus: list[str], tokenizer,
+                     work: Path) -> tuple[Path, BertConfig, PretrainConfig, int]:
     """Step 2: shards from the first MBs of the corpus, a step budget measured once, the run."""
     files = pretraining_files(corpus, args.pretrain_mb)
     shards = pipeline.prepare_shards(files, tokenizer, work / "shards", args.max_seq_length,
@@ -211,48 +181,41 @@ def pretrain_section(args, store: ResultsStore, corpus: list[str], tokenizer, wo
     config = BertConfig.preset(args.model, vocab_size=tokenizer.vocab_size,
                                max_position_embeddings=512, hidden_dropout_prob=args.dropout,
                                attention_probs_dropout_prob=args.dropout)
-    plan = pipeline.PretrainPlan(config, steps=1, lr=args.pretrain_lr)
-    if store.pretrain_info("pretrained") is None:
-        step_s = pipeline.seconds_per_step(plan, shards, tokenizer)
-        steps = pipeline.steps_for_budget(args.budget_minutes * 60, step_s)
-        store.put_pretrain("pretrained", {"steps": steps, "seconds_per_step": round(step_s, 4),
-                                          "files": len(files)})
-    info = store.pretrain_info("pretrained")
-    plan = pipeline.PretrainPlan(config, steps=info["steps"], lr=args.pretrain_lr)
+    recipe = PretrainConfig(data="", train=pretrain_train_config(
+        batch_size=32, lr=args.pretrain_lr, warmup_ratio=0.1, progress=not args.no_progress))
+    info = calibrate(store, "pretrained", args.budget_minutes * 60,
+                     lambda: pipeline.seconds_per_step(recipe, config, shards, tokenizer))
+    if "files" not in info:
+        store.put_pretrain("pretrained", {"files": len(files)})
+    steps = info["steps"]
     n_params = sum(p.numel() for p in BertModel(config).parameters())
     print(f"model: {args.model} ({config.num_hidden_layers} layers, hidden {config.hidden_size}, "
-          f"{n_params / 1e6:.1f}M parameters); {plan.steps} steps of {plan.batch_size} x "
+          f"{n_params / 1e6:.1f}M parameters); {steps} steps of {recipe.train.batch_size} x "
           f"{args.max_seq_length} tokens ({info['seconds_per_step']:.2f} s/step measured, "
-          f"budget {args.budget_minutes:g} min), peak lr {plan.lr}", flush=True)
+          f"budget {args.budget_minutes:g} min), peak lr {recipe.train.lr}", flush=True)
     t0 = time.perf_counter()
-    model_dir = pipeline.pretrain(plan, shards, work / "vocab", work / "pretrain",
-                                  progress=not args.no_progress)
+    model_dir = pipeline.pretrain_model(recipe, config, steps, shards, work / "vocab",
+                                        work / "pretrain")
     if "seconds" not in info:
-        from bertkit.studies.ablate import last_eval
-
         store.put_pretrain("pretrained", {"seconds": round(time.perf_counter() - t0, 1),
                                           **last_eval(work / "pretrain")})
-    return model_dir, plan
+    return model_dir, config, recipe, steps
 
 
-def finetune_section(args, store: ResultsStore, models: dict[str, Path], files: dict[str, str],
-                     work: Path) -> None:
+def finetune_section(args: DemoConfig, store: ResultsStore, models: dict[str, Path],
+                     files: dict[str, Any], work: Path) -> None:
     """Step 4: each pair of models on the same SST-2 subset, recipe and seeds."""
-    from dataclasses import replace
-
-    from bertkit.studies.ablate import Progress
-
-    plan = pipeline.FinetunePlan(lr=args.finetune_lr, epochs=args.epochs,
-                                 max_train_examples=args.train_examples,
-                                 max_eval_examples=args.dev_examples)
-    reference = replace(plan, lr=args.reference_lr, epochs=args.reference_epochs)
+    plan = FinetuneConfig("sst2", "", "", train=finetune_train_config(
+        lr=args.finetune_lr, progress=not args.no_progress), epochs=args.epochs,
+        max_seq_length=128, max_train_examples=args.train_examples,
+        max_eval_examples=args.dev_examples, **files)
+    reference = plan.with_run("", epochs=args.reference_epochs, lr=args.reference_lr)
     cells = [(v, "sst2", s) for v in models for s in range(args.seeds)]
 
     def run_cell(variant: str, task: str, seed: int) -> dict:
         cell = work / "finetune" / variant / f"seed-{seed}"
-        record = pipeline.finetune(models[variant], task, cell, cell, seed,
-                                   reference if variant in REFERENCE else plan, files,
-                                   progress=not args.no_progress)
+        record = pipeline.finetune_cell(reference if variant in REFERENCE else plan,
+                                        models[variant], task, cell, seed)
         print(f"  {NAMES[variant]:<40} seed {seed}: dev accuracy {record['score']:.1f}",
               flush=True)
         return record
@@ -286,8 +249,8 @@ def _verdict(store: ResultsStore, pre_name: str, rnd_name: str, what: str) -> st
             "pre-training did NOT help at this budget (see docs/ablations.md).")
 
 
-def write_report(args, out: Path, store: ResultsStore, learned: list[str], plan, timings: dict
-                 ) -> Path:
+def write_report(args: DemoConfig, out: Path, store: ResultsStore, learned: list[str],
+                 cfg: BertConfig, recipe: PretrainConfig, steps: int, timings: dict) -> Path:
     """Step 5: REPORT.md + pretraining.png + sst2.png in `out`."""
     work = out / "work"
     info = store.pretrain_info("pretrained")
@@ -299,7 +262,6 @@ def write_report(args, out: Path, store: ResultsStore, learned: list[str], plan,
                      out / "sst2.png", "accuracy (%)", scale=1.0,
                      title=f"fine-tuned on {args.train_examples} SST-2 examples, {args.seeds} seeds")
     rows, verdict = sst2_lines(store, args.seeds)
-    cfg = plan.config
     lines = [
         "# bertkit demo report", "", f"**{verdict}**", "",
         "## Timings (this run; a step reused from an earlier run takes ~0 s)", "",
@@ -309,8 +271,8 @@ def write_report(args, out: Path, store: ResultsStore, learned: list[str], plan,
         f"{len(store.data['settings']['corpus'])} corpus file(s); pre-training instances (MLM + NSP, "
         f"Google's recipe) from the first {info['files']} file(s). Model `{args.model}`: "
         f"{cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, {cfg.num_attention_heads} heads; "
-        f"{plan.steps} steps of batch {plan.batch_size} x {args.max_seq_length} tokens, peak lr "
-        f"{plan.lr}, {info.get('seconds', 0):.0f} s. Held-out MLM accuracy "
+        f"{steps} steps of batch {recipe.train.batch_size} x {args.max_seq_length} tokens, peak "
+        f"lr {recipe.train.lr}, {info.get('seconds', 0):.0f} s. Held-out MLM accuracy "
         f"{100 * info.get('eval_mlm_acc', 0):.1f}%, NSP accuracy "
         f"{100 * info.get('eval_nsp_acc', 0):.1f}%.", "",
         *([f"![pre-training curves]({curves.name})", ""] if curves else []),
@@ -323,15 +285,13 @@ def write_report(args, out: Path, store: ResultsStore, learned: list[str], plan,
            f"scale): lr {args.reference_lr}, {args.reference_epochs:g} epoch(s)."), "",
         *rows, "", verdict, "", *([f"![SST-2]({bars.name})"] if bars else []),
     ]
-    from bertkit.studies.report import write_markdown
-
     return write_markdown(out / "REPORT.md", "\n".join(lines))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: DemoConfig) -> Path:
     out, timings = args.output, {}
     work = out / "work"
-    corpus, files = find_inputs(args, work)
+    corpus, files = find_inputs(args)
     store = ResultsStore(work / "results.json", identity(args, corpus))
     clock = time.perf_counter()
 
@@ -350,13 +310,13 @@ def run(args: argparse.Namespace) -> int:
     print("  " + " ".join(tokenizer.tokenize("The unbelievably gloomy countryside fascinated her.")))
     lap("1. vocabulary")
     banner("2. Pre-training a small BERT (masked LM + next sentence prediction)")
-    model_dir, plan = pretrain_section(args, store, corpus, tokenizer, work)
+    model_dir, config, recipe, steps = pretrain_section(args, store, corpus, tokenizer, work)
     lap("2. data + pre-training")
     banner("3. What did it learn?")
     learned = what_it_learned(model_dir)
     banner("4. Fine-tuning on SST-2: pre-trained vs random initialisation")
     models = {"pretrained": model_dir,
-              "random": pipeline.random_init(plan.config, tokenizer, work / "random" / "model")}
+              "random": pipeline.random_init(config, tokenizer, work / "random" / "model")}
     if not args.no_reference:
         models.update(reference_models(work))
     finetune_section(args, store, models, files, work)
@@ -364,20 +324,6 @@ def run(args: argparse.Namespace) -> int:
     rows, verdict = sst2_lines(store, args.seeds)
     print("\n" + "\n".join(rows) + "\n\n" + verdict)
     banner("5. Report")
-    path = write_report(args, out, store, learned, plan, timings)
+    path = write_report(args, out, store, learned, config, recipe, steps, timings)
     print(f"{path} (total {sum(timings.values()) / 60:.1f} min)")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    try:
-        return run(args)
-    except BertkitError as err:
-        print(f"demo: error: {err}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return path

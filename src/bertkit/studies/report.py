@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,21 +15,11 @@ from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_path, atomic_write_text
+from bertkit.metrics import mean_std
 
 log = logging.getLogger(__name__)
 
 _NOTICED: list[bool] = []  # the "no matplotlib" notice is given once per process
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (n - 1); the std of a single value is 0."""
-    if not values:
-        raise BertkitError("mean_std of no values")
-    mean = sum(values) / len(values)
-    if len(values) == 1:
-        return mean, 0.0
-    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    return mean, math.sqrt(var)
 
 
 def format_mean_std(values: Sequence[float], scale: float = 100.0, digits: int = 1) -> str:
@@ -102,7 +91,7 @@ def plot_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], panels: Sequenc
                 points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
                 if points:
                     xs, ys = zip(*points)
-                    name = label if len(keys) == 1 else f"{label}: {key}"
+                    name = label if len(keys) == 1 else (f"{label}: {key}" if label else key)
                     ax.plot(xs, ys, label=name, marker="o" if key.startswith("eval") else None)
         ax.set_xlabel("step")
         ax.set_title(" / ".join(keys))
@@ -146,3 +135,27 @@ def write_markdown(path: str | os.PathLike, text: str) -> Path:
     path = Path(path)
     atomic_write_text(path, text.rstrip("\n") + "\n")
     return path
+
+
+def read_run_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """metrics.jsonl of a training run, phase 2's appended with its steps after phase 1's."""
+    run_dir = Path(run_dir)
+    first = run_dir / "metrics.jsonl"
+    if not first.is_file():
+        raise BertkitError(f"{first}: not found (is {run_dir} a training run folder?)")
+    records = read_jsonl(first)
+    second = run_dir / "phase2" / "metrics.jsonl"
+    if second.is_file():
+        offset = records[-1]["step"] if records else 0
+        records += [{**r, "step": r["step"] + offset} for r in read_jsonl(second)]
+    return records
+
+
+def plot_run(run_dir: str | os.PathLike, png: str | os.PathLike) -> Path:
+    """Loss and accuracy curves of a pre-training or fine-tuning run (`bertkit plot`)."""
+    records = read_run_metrics(run_dir)
+    if _pyplot() is None:
+        raise BertkitError("plotting needs matplotlib: pip install 'bertkit[plot]'")
+    panels = [("loss", "mlm_loss", "nsp_loss", "eval_loss", "eval_mlm_loss"),
+              ("mlm_acc", "nsp_acc", "eval_mlm_acc", "eval_nsp_acc")]
+    return plot_curves({"": records}, panels, png)

@@ -50,6 +50,9 @@ class Task(abc.ABC):
     main_metric: str
     labels: list[str] | None = None
     max_seq_length: int = 128
+    regression: bool = False
+    output_keys: tuple[str, ...] = ("logits",)  # the head's outputs that `decode` reads
+    native_suffixes: tuple[str, ...] = ()  # `bertkit predict` reads these with `read`
 
     @abc.abstractmethod
     def find_file(self, data_dir: Path, split: str) -> Path:
@@ -86,11 +89,40 @@ class Task(abc.ABC):
         """Split name -> metric suffix; MNLI has matched ("") and mismatched ("_mismatched")."""
         return {"dev": ""}
 
+    @abc.abstractmethod
+    def example_from_record(self, guid: str, record: dict[str, Any], where: str) -> Any:
+        """An unlabeled example from a `bertkit predict` record (JSONL object or --text)."""
+
+    @abc.abstractmethod
+    def output_record(self, example: Any, prediction: Any) -> dict[str, Any]:
+        """One JSONL line of `bertkit predict`: the input's id and text, and the prediction."""
+
+    def final_predictions(self, predictions: dict[str, Any], metrics: dict[str, Any]
+                          ) -> dict[str, Any]:
+        """The answers to report, given the split's metrics (SQuAD v2.0 applies its null
+        threshold here); default: the decoded predictions as they are."""
+        return predictions
+
+    def collapse_reason(self, examples: Sequence[Any], predictions: dict[str, Any]) -> str | None:
+        """Why these predictions look like a collapsed run (one answer for everything), or
+        None. A known failure of BERT fine-tuning on small sets (Devlin et al. 2019, section
+        4.1; Dodge et al. 2020; Mosbach et al. 2021)."""
+        return None
+
+    def release_info(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """What a fine-tuned model's config.json must carry to be used again (e.g. the tuned
+        SQuAD v2.0 threshold); `metrics` are the run's dev metrics."""
+        return {}
+
+    def with_release_info(self, info: dict[str, Any]) -> Task:
+        """This task configured from a fine-tuned model's config.json (see `release_info`)."""
+        return self
+
     def write_predictions(self, predictions: dict[str, Any], examples: Sequence[Any],
-                          out_dir: Path, split: str, extra: dict[str, Any] | None = None
-                          ) -> list[Path]:
+                          out_dir: Path, split: str, metrics: dict[str, Any]) -> list[Path]:
         """Write predictions in the task's own format; default: one JSON object per line."""
-        return [write_jsonl_predictions(predictions, out_dir / f"predictions_{split}.jsonl")]
+        final = self.final_predictions(predictions, metrics)
+        return [write_jsonl_predictions(final, out_dir / f"predictions_{split}.jsonl")]
 
 
 # --- shared helpers -----------------------------------------------------------------------------
@@ -173,6 +205,51 @@ def json_object(line: str, where: str) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise BertkitError(f"{where}: expected a JSON object")
     return record
+
+
+def record_field(record: dict[str, Any], names: Sequence[str], where: str) -> Any:
+    """The first of `names` present in a predict record, else an error naming them."""
+    for name in names:
+        if name in record:
+            return record[name]
+    raise BertkitError(f"{where}: expected a field {' or '.join(repr(n) for n in names)}")
+
+
+def record_text(record: dict[str, Any], names: Sequence[str], where: str) -> str:
+    """A text field of a predict record: a non-empty string."""
+    value = record_field(record, names, where)
+    if not isinstance(value, str) or not value.strip():
+        raise BertkitError(f"{where}: {names[0]!r} must be a non-empty string, got {value!r}")
+    return value
+
+
+@dataclass
+class DevSplit:
+    """A dev file cut in two: train on the first part, evaluate on the rest (see split_dev)."""
+
+    train: list[Any]
+    held_out: list[Any]
+    note: str
+
+
+def split_dev(examples: Sequence[Any], fraction: float, path: Path) -> DevSplit:
+    """The one rule for training on part of a dev file (SQuAD has no train file here): cut in
+    file order by article where examples have one (no paragraph in both halves), else by
+    example; the first 1 - `fraction` of the groups train, the last `fraction` evaluate."""
+    def group(e: Any) -> str:
+        return getattr(e, "title", "") or e.guid
+
+    keys = list(dict.fromkeys(group(e) for e in examples))
+    n_train = round(len(keys) * (1 - fraction))
+    if not 0 < n_train < len(keys):
+        raise BertkitError(f"--split-dev {fraction}: {path} has {len(keys)} groups; the "
+                           "fraction must leave at least one for training and one for dev")
+    first = set(keys[:n_train])
+    unit = "articles" if any(getattr(e, "title", "") for e in examples) else "examples"
+    note = (f"no training file: trained on the first {n_train} of the {len(keys)} {unit} of "
+            f"{path}, evaluated on the other {len(keys) - n_train}")
+    return DevSplit([e for e in examples if group(e) in first],
+                    [e for e in examples if group(e) not in first], note)
 
 
 def require_file(path: Path, what: str) -> Path:

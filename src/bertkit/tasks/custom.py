@@ -8,7 +8,7 @@ whatever the training file holds (numbers in numeric order, other strings alphab
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,9 @@ from bertkit.tasks.base import json_object, require_file
 from bertkit.tasks.glue import ClassificationTask, TextExample
 
 FORMATS = (".csv", ".tsv", ".jsonl", ".json")
+
+
+COLUMNS_KEY = "bertkit_columns"  # config.json key of a fine-tuned custom model
 
 
 @dataclass(frozen=True)
@@ -53,10 +56,21 @@ class CustomTask(ClassificationTask):
     name = "custom"
 
     def __init__(self, columns: ColumnSpec | None = None):
+        self.columns_given = columns is not None  # else a fine-tuned model's saved ones apply
         self.columns = columns or ColumnSpec()
         self.regression = self.columns.regression
-        self.main_metric = "pearson" if self.regression else "accuracy"
+        self.main_metric = "spearman" if self.regression else "accuracy"
         self.labels = None
+        self.text_fields = ("text", "sentence", self.columns.text)
+        self.pair_fields = ("pair", "text_b", *([self.columns.pair] if self.columns.pair else []))
+
+    def release_info(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        return {COLUMNS_KEY: asdict(self.columns)}
+
+    def with_release_info(self, info: dict[str, Any]) -> CustomTask:
+        if self.columns_given or COLUMNS_KEY not in info:
+            return self
+        return CustomTask(ColumnSpec(**info[COLUMNS_KEY]))
 
     def find_file(self, data_dir: Path, split: str) -> Path:
         if data_dir.is_file():

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from bertkit import metrics as M
@@ -24,6 +25,7 @@ from bertkit.tasks.base import (
     Task,
     check_label,
     pad_collate,
+    record_text,
     require_file,
 )
 
@@ -44,7 +46,9 @@ class ClassificationTask(Task):
     """Sequence classification or regression on [CLS] (GLUE, the user's own data)."""
 
     head = "BertForSequenceClassification"
-    regression = False
+    native_suffixes = (".tsv", ".csv")
+    text_fields: tuple[str, ...] = ("text", "sentence")
+    pair_fields: tuple[str, ...] = ("pair", "text_b")
 
     def featurize(self, examples: Sequence[TextExample], tokenizer: Any, settings: FeatureSettings,
                   label2id: dict[str, int] | None, train: bool) -> list[Feature]:
@@ -87,6 +91,33 @@ class ClassificationTask(Task):
                            ) -> tuple[list, list]:
         pairs = [(e.label, predictions[e.guid]) for e in examples if e.label is not None]
         return [g for g, _ in pairs], [p for _, p in pairs]
+
+    def example_from_record(self, guid: str, record: dict[str, Any], where: str) -> TextExample:
+        pair = next((record[n] for n in self.pair_fields if n in record), None)
+        if pair is not None:
+            pair = record_text(record, [n for n in self.pair_fields if n in record], where)
+        return TextExample(guid, record_text(record, self.text_fields, where), pair, None, where)
+
+    def output_record(self, example: TextExample, prediction: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": example.guid, "text": example.text_a}
+        if example.text_b is not None:
+            out["pair"] = example.text_b
+        return {**out, ("score" if self.regression else "label"): prediction}
+
+    def collapse_reason(self, examples: Sequence[TextExample], predictions: dict[str, Any]
+                        ) -> str | None:
+        values = [predictions[e.guid] for e in examples if e.guid in predictions]
+        if len(values) < 2:
+            return None
+        if not self.regression:
+            classes = set(map(str, values))
+            return f"every prediction is {classes.pop()!r}" if len(classes) == 1 else None
+        gold = [float(e.label) for e in examples if e.label is not None]
+        spread, gold_spread = float(np.std(values)), float(np.std(gold)) if len(gold) > 1 else 0.0
+        if gold_spread > 0 and spread < 0.1 * gold_spread:
+            return (f"the predicted scores barely vary (std {spread:.3g}, under 10% of the "
+                    f"labels' std {gold_spread:.3g})")
+        return None
 
     def discover_labels(self, examples: Sequence[TextExample]) -> list[str] | None:
         if self.regression:
@@ -147,7 +178,7 @@ GLUE_TASKS: dict[str, GlueSpec] = {
                      no_header=("source", "label", "mark", "sentence")),
     "sst2": GlueSpec("SST-2", "accuracy", ["0", "1"], "sentence", None, "label"),
     "mrpc": GlueSpec("MRPC", "f1", ["0", "1"], "#1 String", "#2 String", "Quality"),
-    "stsb": GlueSpec("STS-B", "pearson", None, "sentence1", "sentence2", "score"),
+    "stsb": GlueSpec("STS-B", "spearman", None, "sentence1", "sentence2", "score"),
     "qqp": GlueSpec("QQP", "f1", ["0", "1"], "question1", "question2", "is_duplicate"),
     "mnli": GlueSpec("MNLI", "accuracy", ["contradiction", "entailment", "neutral"],
                      "sentence1", "sentence2", "gold_label",
@@ -162,7 +193,7 @@ GLUE_TASKS: dict[str, GlueSpec] = {
 
 def _metric_fn(name: str) -> Callable[[list, list], dict[str, float]]:
     def score(gold: list, pred: list) -> dict[str, float]:
-        if name == "pearson":
+        if name == "spearman":  # STS-B: the paper reports Spearman; Pearson beside it
             g, p = [float(x) for x in gold], [float(x) for x in pred]
             return {"pearson": M.pearson(p, g), "spearman": M.spearman(p, g)}
         out = {"accuracy": M.accuracy(pred, gold)}
@@ -227,8 +258,8 @@ class GlueTask(ClassificationTask):
         return self._score(gold, pred) if gold else {}
 
     def write_predictions(self, predictions, examples, out_dir: Path, split: str,
-                          extra: dict[str, Any] | None = None) -> list[Path]:
-        paths = super().write_predictions(predictions, examples, out_dir, split, extra)
+                          metrics: dict[str, Any]) -> list[Path]:
+        paths = super().write_predictions(predictions, examples, out_dir, split, metrics)
         if split.startswith("test"):
             # GLUE server layout: <Task>[-m|-mm].tsv, "index<TAB>prediction".
             suffix = {"test_matched": "-m", "test_mismatched": "-mm"}.get(split, "")

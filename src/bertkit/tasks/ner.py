@@ -27,6 +27,7 @@ from bertkit.tasks.base import (
     Task,
     check_label,
     pad_collate,
+    record_text,
     require_file,
 )
 
@@ -79,6 +80,7 @@ def _sentence(path: Path, line: int, words: list[str], tags: list[str]) -> Tagge
 
 class NerTask(Task):
     head = "BertForTokenClassification"
+    native_suffixes = (".conll",)
     main_metric = "f1"
 
     def __init__(self, name: str = "conll2003"):
@@ -145,6 +147,25 @@ class NerTask(Task):
             tags = [id2label[int(best[p])] for p in feature["word_starts"]]
             predictions[example.guid] = tags + ["O"] * (len(example.words) - len(tags))
         return predictions
+
+    def example_from_record(self, guid: str, record: dict[str, Any], where: str
+                            ) -> TaggedSentence:
+        words = record.get("words")
+        if words is None:
+            words = record_text(record, ["text"], where).split()
+        if not isinstance(words, list) or not words or not all(
+                isinstance(w, str) and w for w in words):
+            raise BertkitError(f"{where}: 'words' must be a non-empty list of strings")
+        return TaggedSentence(guid, tuple(words), None, where)
+
+    def output_record(self, example: TaggedSentence, prediction: list[str]) -> dict[str, Any]:
+        return {"id": example.guid, "words": list(example.words), "tags": prediction}
+
+    def collapse_reason(self, examples, predictions) -> str | None:
+        tags = {t for p in predictions.values() for t in p}
+        if len(predictions) > 1 and tags <= {"O"}:
+            return "every word is tagged O"
+        return None
 
     def score(self, examples, predictions) -> dict[str, float]:
         labeled = [e for e in examples if e.tags is not None]

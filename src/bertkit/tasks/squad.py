@@ -29,7 +29,14 @@ import torch
 from bertkit import metrics as M
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text
-from bertkit.tasks.base import Feature, FeatureSettings, Task, pad_collate, require_file
+from bertkit.tasks.base import (
+    Feature,
+    FeatureSettings,
+    Task,
+    pad_collate,
+    record_text,
+    require_file,
+)
 
 NO_SPAN_ODDS = 1e6
 
@@ -43,6 +50,10 @@ class SquadExample:
     answer_starts: tuple[int, ...]
     is_impossible: bool = False
     title: str = ""
+
+    @property
+    def guid(self) -> str:
+        return self.qid
 
 
 def read_squad(path: Path) -> list[SquadExample]:
@@ -128,16 +139,25 @@ def max_context_flags(n_tokens: int, window: int, stride: int, w: int) -> tuple[
     return tuple(flags)
 
 
-class SquadTask(Task):
-    head = "BertForQuestionAnswering"
+THRESHOLD_KEY = "squad_null_threshold"  # config.json key of a fine-tuned v2.0 model
 
-    def __init__(self, version: int):
+
+class SquadTask(Task):
+    """SQuAD v1.1 / v2.0. For v2.0, `null_threshold` (tau) is a value of the task: None while
+    fine-tuning (then `score` tunes it on dev and reports it as the metric `null_threshold`,
+    which the release saves), the saved value when a fine-tuned model is evaluated or used."""
+
+    head = "BertForQuestionAnswering"
+    output_keys = ("start_logits", "end_logits")
+    native_suffixes = (".json",)
+
+    def __init__(self, version: int, null_threshold: float | None = None):
         self.version = version
         self.name = f"squad{version}"
         self.main_metric = "f1"
         self.labels = None
         self.max_seq_length = 384
-        self.null_threshold = 0.0  # tau; tuned on dev by `score` for v2.0
+        self.null_threshold = null_threshold
 
     def find_file(self, data_dir: Path, split: str) -> Path:
         names = {1: ["-v1.1.json"], 2: ["-v2.0.json", "-v2.0.reconstructed.json"]}[self.version]
@@ -232,26 +252,61 @@ class SquadTask(Task):
         texts = {q: p["text"] for q, p in predictions.items()}
         odds = {q: p["null_odds"] for q, p in predictions.items()}
         tuned = M.squad_v2_scores(golds, texts, odds)
-        self.null_threshold = tuned["best_f1_thresh"]
-        out = M.squad_v2_scores(golds, texts, odds, threshold=self.null_threshold)
-        out["null_threshold"] = self.null_threshold
-        out["best_exact_match"] = tuned["best_exact_match"]
+        # The saved tau when there is one: re-tuning on the scored file would report best-case
+        # numbers. The tuned ("oracle") figures are reported beside it, under best_*.
+        threshold = tuned["best_f1_thresh"] if self.null_threshold is None else self.null_threshold
+        out = M.squad_v2_scores(golds, texts, odds, threshold=threshold)
+        out["null_threshold"] = threshold
+        out["null_threshold_tuned_here"] = self.null_threshold is None
+        out["best_f1"], out["best_exact_match"] = tuned["best_f1"], tuned["best_exact_match"]
+        out["best_f1_thresh"] = tuned["best_f1_thresh"]
         return {k: v for k, v in out.items() if not k.endswith("total")}
 
-    def final_texts(self, predictions: dict[str, Any]) -> dict[str, str]:
-        """The answers to report: "" where v2.0's null odds exceed tau."""
+    def threshold(self, metrics: dict[str, Any]) -> float:
+        """tau: the task's own, else the one `score` tuned (in `metrics`), else 0."""
+        if self.null_threshold is not None:
+            return self.null_threshold
+        return float(metrics.get("null_threshold", 0.0))
+
+    def final_predictions(self, predictions: dict[str, Any], metrics: dict[str, Any]
+                          ) -> dict[str, Any]:
+        """Each prediction with its reported answer `text`: "" where v2.0's null odds exceed
+        tau; the best span stays under `span`."""
         if self.version == 1:
-            return {q: p["text"] for q, p in predictions.items()}
-        return {q: "" if p["null_odds"] > self.null_threshold else p["text"]
+            return predictions
+        tau = self.threshold(metrics)
+        return {q: {**p, "span": p["text"], "text": "" if p["null_odds"] > tau else p["text"]}
                 for q, p in predictions.items()}
 
+    def release_info(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        return {THRESHOLD_KEY: self.threshold(metrics)} if self.version == 2 else {}
+
+    def with_release_info(self, info: dict[str, Any]) -> SquadTask:
+        if self.version == 2 and THRESHOLD_KEY in info:
+            return SquadTask(self.version, float(info[THRESHOLD_KEY]))
+        return self
+
+    def example_from_record(self, guid: str, record: dict[str, Any], where: str) -> SquadExample:
+        return SquadExample(guid, record_text(record, ["question"], where),
+                            record_text(record, ["context"], where), (), ())
+
+    def output_record(self, example: SquadExample, prediction: dict[str, Any]) -> dict[str, Any]:
+        return {"id": example.qid, "question": example.question, "answer": prediction["text"],
+                "null_odds": prediction["null_odds"]}
+
+    def collapse_reason(self, examples, predictions) -> str | None:
+        if len(predictions) > 1 and all(not p["text"] for p in predictions.values()):
+            return "every answer is empty"
+        return None
+
     def write_predictions(self, predictions, examples, out_dir: Path, split: str,
-                          extra: dict[str, Any] | None = None) -> list[Path]:
+                          metrics: dict[str, Any]) -> list[Path]:
         """predictions.json ({qid: answer}) and, for v2.0, null_odds.json: the official
         evaluation scripts read both as they are."""
         name = "predictions.json" if split == "dev" else f"predictions_{split}.json"
         paths = [out_dir / name]
-        atomic_write_text(paths[0], json.dumps(self.final_texts(predictions), indent=1) + "\n")
+        final = {q: p["text"] for q, p in self.final_predictions(predictions, metrics).items()}
+        atomic_write_text(paths[0], json.dumps(final, indent=1) + "\n")
         if self.version == 2:
             odds = {q: p["null_odds"] for q, p in predictions.items()}
             paths.append(out_dir / name.replace("predictions", "null_odds"))

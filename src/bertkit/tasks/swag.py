@@ -17,7 +17,7 @@ import torch
 
 from bertkit import metrics as M
 from bertkit.errors import BertkitError
-from bertkit.tasks.base import Feature, FeatureSettings, Task, require_file
+from bertkit.tasks.base import Feature, FeatureSettings, Task, record_text, require_file
 
 N_CHOICES = 4
 
@@ -63,6 +63,7 @@ def _example(path: Path, line: int, row: dict[str, str]) -> ChoiceExample:
 class SwagTask(Task):
     name = "swag"
     head = "BertForMultipleChoice"
+    native_suffixes = (".csv",)
     main_metric = "accuracy"
     labels = None
 
@@ -113,6 +114,25 @@ class SwagTask(Task):
     def decode(self, examples, features, outputs, id2label, settings) -> dict[str, Any]:
         return {examples[f["example_index"]].guid: int(torch.argmax(logits))
                 for f, logits in zip(features, outputs["logits"])}
+
+    def example_from_record(self, guid: str, record: dict[str, Any], where: str) -> ChoiceExample:
+        endings = record.get("endings") or [record.get(f"ending{k}") for k in range(N_CHOICES)]
+        if (not isinstance(endings, list) or len(endings) != N_CHOICES
+                or not all(isinstance(e, str) for e in endings)):
+            raise BertkitError(f"{where}: expected 'endings' with {N_CHOICES} strings "
+                               f"(or 'ending0'..'ending{N_CHOICES - 1}')")
+        start = record.get("start", record.get("sent2", ""))
+        return ChoiceExample(guid, record_text(record, ["context", "sent1"], where), str(start),
+                             tuple(endings), None, where)
+
+    def output_record(self, example: ChoiceExample, prediction: int) -> dict[str, Any]:
+        return {"id": example.guid, "choice": prediction, "ending": example.endings[prediction]}
+
+    def collapse_reason(self, examples, predictions) -> str | None:
+        values = set(predictions.values())
+        if len(predictions) > 1 and len(values) == 1:
+            return f"every prediction is ending {values.pop()}"
+        return None
 
     def score(self, examples, predictions) -> dict[str, float]:
         labeled = [e for e in examples if e.label is not None]

@@ -54,7 +54,8 @@ METRICS_FILE = "metrics.jsonl"
 @dataclass(frozen=True)
 class TrainConfig:
     output_dir: str
-    max_steps: int  # optimizer steps
+    max_steps: int | None = None  # optimizer steps; None until the run kind sets it (fine-tuning
+    # derives it from epochs, and then reads a value here as a cap)
     batch_size: int = 32  # global examples per optimizer step
     micro_batch_size: int | None = None  # per forward per process; None = batch_size // world
     lr: float = 1e-4
@@ -78,7 +79,7 @@ class TrainConfig:
     tensorboard: bool = False  # also write TensorBoard scalars (needs the tensorboard package)
 
     def __post_init__(self) -> None:
-        if self.max_steps < 1:
+        if self.max_steps is not None and self.max_steps < 1:
             raise BertkitError(f"max_steps must be >= 1, got {self.max_steps}")
         if self.batch_size < 1:
             raise BertkitError(f"batch_size must be >= 1, got {self.batch_size}")
@@ -88,15 +89,19 @@ class TrainConfig:
             raise BertkitError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.optimizer not in OPTIMIZERS:
             raise BertkitError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        if self.lr <= 0:
-            raise BertkitError(f"lr must be > 0, got {self.lr}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise BertkitError(f"lr must be a finite number > 0, got {self.lr}")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise BertkitError(f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
+        if math.isnan(self.max_grad_norm):
+            raise BertkitError("max_grad_norm must be a number (<= 0: no clipping)")
         if self.log_every < 1:
             raise BertkitError(f"log_every must be >= 1, got {self.log_every}")
-        resolve_warmup(self.max_steps, self.warmup_steps, self.warmup_ratio)
+        resolve_warmup(self.max_steps or 0, self.warmup_steps, self.warmup_ratio)
 
     @property
     def resolved_warmup(self) -> int:
-        return resolve_warmup(self.max_steps, self.warmup_steps, self.warmup_ratio)
+        return resolve_warmup(self.max_steps or 0, self.warmup_steps, self.warmup_ratio)
 
 
 @dataclass
@@ -154,6 +159,8 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
 
 def _prepare(model: nn.Module, dataset, collate, config: TrainConfig) -> Run:
     """Device, batch plan, seeds, optimizer, scaler, wrappers, and the resumed state if any."""
+    if config.max_steps is None:
+        raise BertkitError("max_steps is not set: the run kind must set it before training")
     try:
         n = len(dataset)
     except TypeError as err:

@@ -17,7 +17,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from bertkit.data.masking import VocabInfo
 from bertkit.data.shards import ShardDataset, read_meta
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForPreTraining, PreTrainingOutput
-from bertkit.io import atomic_write_text
+from bertkit.io import claim_output_dir
 from bertkit.training import distributed
 from bertkit.training.loop import TrainConfig, TrainResult, train
 
@@ -41,12 +41,34 @@ OBJECTIVES = ("mlm+nsp", "mlm", "ltr", "sop")
 _SHARDS_FOR = {"mlm+nsp": ("mlm+nsp",), "sop": ("sop",), "mlm": None, "ltr": None}
 
 
+RUN_MARKER = "pretrain_config.json"  # written first: marks a folder as a pre-training run
+
+
+def pretrain_train_config(output_dir: str = "", **changes: Any) -> TrainConfig:
+    """The loop's settings for pre-training: the paper's recipe (AdamW, lr 1e-4, 10k warmup
+    steps then linear decay, weight decay 0.01, clipping 1.0), the one place it is written."""
+    recipe = TrainConfig(output_dir=output_dir, max_steps=1000, batch_size=256, lr=1e-4,
+                         warmup_steps=10_000, weight_decay=0.01, save_every=1000, keep=2)
+    return dataclasses.replace(recipe, **changes)
+
+
+def capped_warmup(train: TrainConfig) -> TrainConfig:
+    """The paper's 10k warmup steps are for 1M steps; a run shorter than its warmup would never
+    reach the peak lr, so it warms up for 10% of its steps instead (logged)."""
+    if train.warmup_ratio is None and train.max_steps and train.warmup_steps >= train.max_steps:
+        capped = train.max_steps // 10
+        log.warning("warmup steps %d >= max steps %d: using %d warmup steps (10%%)",
+                    train.warmup_steps, train.max_steps, capped)
+        return dataclasses.replace(train, warmup_steps=capped)
+    return train
+
+
 @dataclass(frozen=True)
 class PretrainConfig:
     """One pre-training run; saved as `OUTPUT/pretrain_config.json` beside the run."""
 
     data: str
-    train: TrainConfig
+    train: TrainConfig = field(default_factory=pretrain_train_config)
     model: str | None = None  # a preset name ("mini", "base", ...)
     config_file: str | None = None  # a config.json
     init: str | None = None  # continue from a checkpoint (HF layout)
@@ -316,12 +338,14 @@ def run_pretraining(cfg: PretrainConfig) -> TrainResult:
     meta = read_meta(cfg.data)
     config = model_config(cfg, int(meta["tokenizer"]["vocab_size"]),
                           int(meta["params"]["max_seq_length"]))
-    model = build_model(cfg, config)
     output = Path(cfg.train.output_dir)
-    if distributed.is_main():
-        output.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(output / "pretrain_config.json", json.dumps(
-            dataclasses.asdict(cfg), indent=2, default=str) + "\n")
+    if distributed.is_main():  # before any work: a refused --resume changes nothing on disk
+        claim_output_dir(output, RUN_MARKER, dataclasses.asdict(cfg), cfg.train.resume,
+                         inputs=[p for p in (cfg.data, cfg.init, cfg.tokenizer, cfg.eval_data,
+                                             cfg.phase2_data) if p is not None])
+    distributed.barrier()
+    model = build_model(cfg, config)
+    cfg = dataclasses.replace(cfg, train=capped_warmup(cfg.train))
     p2 = phase2_config(cfg.train, output, cfg.phase2_steps) if cfg.phase2_data else None
     if p2 is not None and p2.resume:
         log.info("phase 1 finished earlier; resuming phase 2 from %s", p2.output_dir)

@@ -1,0 +1,64 @@
+"""`bertkit demo` (what `make demo` runs): the main demo, see `bertkit.studies.demo`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bertkit.cli.common import data_root
+from bertkit.studies.demo import DemoConfig, run
+
+D = DemoConfig(Path("."))  # the defaults, defined once in the library
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "demo", help="the main demo: vocabulary -> pre-training -> fine-tuning, with a report",
+        description="Learn a WordPiece vocabulary on the book corpus, pre-train a small BERT for a "
+        "fixed time, show what it learned (fill-mask, NSP), fine-tune it and the same "
+        "architecture from random initialization on SST-2, and write OUTPUT/REPORT.md with "
+        "plots. Every step is cached under OUTPUT/work: run it again to continue.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--data", type=Path, default=None, metavar="DIR",
+                   help="folder holding books/ and glue/SST-2 (default: $BERTKIT_DATA, else "
+                   "../shared/data from the working directory)")
+    p.add_argument("--corpus", nargs="+", default=None, metavar="FILE",
+                   help="pre-training text (default: DATA/books/*.txt)")
+    p.add_argument("--output", type=Path, default=D.output, metavar="DIR")
+    p.add_argument("--budget-minutes", type=float, default=D.budget_minutes,
+                   help="pre-training time")
+    p.add_argument("--model", default=D.model, help="architecture preset (tiny: 2 layers x 128)")
+    p.add_argument("--max-seq-length", type=int, default=D.max_seq_length)
+    p.add_argument("--dropout", type=float, default=D.dropout,
+                   help="dropout of the architecture, pre-training and fine-tuning alike")
+    p.add_argument("--pretrain-lr", type=float, default=D.pretrain_lr)
+    p.add_argument("--vocab-size", type=int, default=D.vocab_size)
+    p.add_argument("--vocab-criterion", choices=("frequency", "likelihood"),
+                   default=D.vocab_criterion, help="WordPiece merge criterion (docs/ablations.md)")
+    p.add_argument("--pretrain-mb", type=float, default=D.pretrain_mb,
+                   help="MB of the corpus turned into pre-training instances")
+    p.add_argument("--seeds", type=int, default=D.seeds, help="fine-tuning seeds per model")
+    p.add_argument("--train-examples", type=int, default=D.train_examples,
+                   help="SST-2 training subset")
+    p.add_argument("--dev-examples", type=int, default=D.dev_examples,
+                   help="SST-2 dev subset (default: all 872)")
+    p.add_argument("--finetune-lr", type=float, default=D.finetune_lr,
+                   help="fine-tuning lr of both small models (at 3e-4 random-init runs can stay "
+                   "at the majority class; docs/ablations.md)")
+    p.add_argument("--epochs", type=float, default=D.epochs)
+    p.add_argument("--skip-probe", action="store_true", help="skip the MiniLM opening section")
+    p.add_argument("--no-reference", action="store_true",
+                   help="skip the MiniLM pre-trained vs random-init reference pair")
+    p.add_argument("--reference-lr", type=float, default=D.reference_lr)
+    p.add_argument("--reference-epochs", type=float, default=D.reference_epochs)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    options = {k: v for k, v in vars(args).items()
+               if k in DemoConfig.__dataclass_fields__ and k != "data"}
+    if options["corpus"] is not None:
+        options["corpus"] = tuple(options["corpus"])
+    run(DemoConfig(data=data_root(args.data), **options))
+    return 0

@@ -1,0 +1,65 @@
+"""Using a fine-tuned model: score it on a labeled file (`bertkit evaluate`) or label new inputs
+(`bertkit predict`). The task comes from the model's config.json (`bertkit_task`), configured
+from what the fine-tuning run saved there (e.g. SQuAD v2.0's null threshold)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
+from bertkit.tasks import ColumnSpec, FeatureSettings, Task, get_task
+from bertkit.tasks.feature_based import load_finetuned
+from bertkit.tokenization import BertTokenizer
+from bertkit.training.finetune import TASK_KEY, Split, evaluate_splits, load_split, predict_split, write_json
+
+
+def task_of(model_dir: str | Path, name: str | None, columns: ColumnSpec | None = None) -> Task:
+    """The task a model was fine-tuned on (config.json's `bertkit_task`) unless `name` is given;
+    a `name` whose head differs from the model's task is refused (it would answer nonsense)."""
+    extra = BertConfig.load(model_dir).extra
+    saved = extra.get(TASK_KEY)
+    if name is None and saved is None:
+        raise BertkitError(f"{model_dir}: config.json does not name the task it was fine-tuned "
+                           "on (not a `bertkit finetune` model?); pass --task")
+    task = get_task(name or saved, columns)
+    if saved is not None and get_task(saved).head != task.head:
+        raise BertkitError(f"{model_dir}: fine-tuned for {saved!r}, which has another head than "
+                           f"{task.name!r}; use a model fine-tuned for {task.name}")
+    return task.with_release_info(extra)
+
+
+def load_for(task: Task, model_dir: str | Path):
+    """The fine-tuned model and its tokenizer."""
+    return load_finetuned(task, model_dir), BertTokenizer.from_pretrained(model_dir)
+
+
+def evaluate_model(model_dir: str | Path, task: Task, path: Path, settings: FeatureSettings,
+                   batch_size: int = 64, limit: int | None = None, out_dir: Path | None = None,
+                   split: str = "dev", progress: bool = False) -> dict[str, Any]:
+    """Metrics of a fine-tuned model on one labeled file (predictions written to `out_dir`)."""
+    model, tokenizer = load_for(task, model_dir)
+    data = load_split(task, path, split, tokenizer, settings, model.config.label2id, limit,
+                      train=False)
+    if not data.examples:
+        raise BertkitError(f"{path}: no examples to evaluate")
+    metrics = evaluate_splits(task, model, [data], settings, batch_size, out_dir, progress)
+    metrics = {"task": task.name, "file": str(path), "examples": len(data.examples), **metrics}
+    if out_dir is not None:
+        write_json(out_dir / "metrics.json", metrics)
+    return metrics
+
+
+def predict_examples(model_dir: str | Path, task: Task, examples: list[Any],
+                     settings: FeatureSettings, batch_size: int = 64) -> list[tuple[Any, Any]]:
+    """(example, prediction) pairs, as the task reports them (SQuAD v2.0: "" above the model's
+    saved threshold)."""
+    if not examples:
+        raise BertkitError("no inputs to predict on")
+    model, tokenizer = load_for(task, model_dir)
+    features = task.featurize(examples, tokenizer, settings, model.config.label2id, train=False)
+    predictions = predict_split(task, model, Split("input", Path("-"), examples, features),
+                                settings, batch_size)
+    final = task.final_predictions(predictions, {})
+    return [(example, final[example.guid]) for example in examples]

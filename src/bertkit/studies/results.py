@@ -1,0 +1,117 @@
+"""What the demo and the ablations keep while they run: `results.json` (settings, pre-training
+budgets and one record per finished fine-tuning cell), the overall progress line, and the step
+budget each pre-training run gets, measured once and stored so a resumed study keeps it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError
+from bertkit.io import atomic_write_text
+from bertkit.studies.report import read_jsonl
+
+log = logging.getLogger(__name__)
+
+
+class ResultsStore:
+    """`results.json`: the settings, the pre-training plan and one record per finished cell,
+    rewritten atomically after every change (a kill loses at most the cell in progress)."""
+
+    def __init__(self, path: str | Path, settings: dict[str, Any]):
+        self.path = Path(path)
+        settings = json.loads(json.dumps(settings, default=str))
+        if self.path.is_file():
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            if data.get("settings") != settings:
+                changed = sorted(k for k in settings if data.get("settings", {}).get(k) != settings[k])
+                raise BertkitError(f"{self.path}: made with other settings ({', '.join(changed)}); "
+                                   "use another --output to start a new ablation")
+            self.data = data
+        else:
+            self.data = {"settings": settings, "pretrain": {}, "cells": {}}
+
+    @staticmethod
+    def key(variant: str, task: str, seed: int) -> str:
+        return f"{variant}/{task}/{seed}"
+
+    def has(self, key: str) -> bool:
+        return key in self.data["cells"]
+
+    def put(self, key: str, record: dict[str, Any]) -> None:
+        self.data["cells"][key] = record
+        self._write()
+
+    def pretrain_info(self, variant: str) -> dict[str, Any] | None:
+        return self.data["pretrain"].get(variant)
+
+    def put_pretrain(self, variant: str, info: dict[str, Any]) -> None:
+        self.data["pretrain"][variant] = {**self.data["pretrain"].get(variant, {}), **info}
+        self._write()
+
+    def scores(self, variant: str, task: str) -> list[float]:
+        prefix = f"{variant}/{task}/"
+        return [c["score"] for k, c in sorted(self.data["cells"].items()) if k.startswith(prefix)]
+
+    def _write(self) -> None:
+        atomic_write_text(self.path, json.dumps(self.data, indent=2, default=str) + "\n")
+
+
+class Progress:
+    """Overall progress over every unit of work, logged as `[k/N] what (elapsed, ETA)`."""
+
+    def __init__(self, total: int, done: int = 0):
+        self.total, self.done, self.t0, self.started = total, done, time.perf_counter(), done
+
+    def step(self, what: str) -> None:
+        elapsed = time.perf_counter() - self.t0
+        rate = elapsed / max(1, self.done - self.started)
+        eta = f", ETA {rate * (self.total - self.done) / 60:.1f} min" if self.done > self.started else ""
+        log.info("[%d/%d] %s (%.1f min elapsed%s)", self.done + 1, self.total, what, elapsed / 60, eta)
+        self.done += 1
+
+
+def run_cells(store: ResultsStore, cells: Sequence[tuple[str, str, int]],
+              run_cell: Callable[[str, str, int], dict[str, Any]],
+              progress: Progress | None = None) -> None:
+    """Run every cell not yet in the store, recording each as soon as it finishes."""
+    for variant, task, seed in cells:
+        key = store.key(variant, task, seed)
+        if store.has(key):
+            continue
+        if progress is not None:
+            progress.step(f"fine-tune {key}")
+        store.put(key, {"variant": variant, "task": task, "seed": seed,
+                        **run_cell(variant, task, seed)})
+
+
+def last_eval(run_dir: Path) -> dict[str, float]:
+    """The final held-out metrics of a pre-training run (from its metrics.jsonl)."""
+    path = run_dir / "metrics.jsonl"
+    records = read_jsonl(path) if path.is_file() else []
+    evals = [r for r in records if any(k.startswith("eval_") for k in r)]
+    return {k: v for k, v in (evals[-1] if evals else {}).items() if k.startswith("eval_")}
+
+
+
+def calibrate(store: ResultsStore, variant: str, seconds: float,
+              measure: Callable[[], float]) -> dict[str, Any]:
+    """The variant's pre-training step budget for `seconds` of wall time, measured once by
+    `measure()` (seconds per step) and stored; a resumed study reuses the stored budget."""
+    if store.pretrain_info(variant) is None:
+        step_s = measure()
+        steps = steps_for_budget(seconds, step_s)
+        store.put_pretrain(variant, {"steps": steps, "seconds_per_step": round(step_s, 4),
+                                     "budget_seconds": round(seconds, 1)})
+        log.info("pre-training %s: %d steps (%.2f s/step measured, %.0f s budget)", variant,
+                 steps, step_s, seconds)
+    return store.pretrain_info(variant)  # type: ignore[return-value]
+
+
+def steps_for_budget(seconds: float, step_seconds: float, minimum: int = 2) -> int:
+    """Optimizer steps that fit in `seconds`, keeping ~10% for evaluation and saving."""
+    return max(minimum, int(0.9 * seconds / max(step_seconds, 1e-6)))
