@@ -9,19 +9,22 @@ import pytest
 
 from bertkit.cli.main import main
 from bertkit.errors import BertkitError
+from bertkit.metrics import mean_std
 from bertkit.studies import ablate, report
-from bertkit.studies.ablate import AblationConfig, Progress, ResultsStore, run_cells
-from bertkit.studies.pipeline import steps_for_budget
+from bertkit.studies.ablate import AblationConfig
+from bertkit.studies.results import Progress, ResultsStore, run_cells, steps_for_budget
+from bertkit.tasks import get_task
+from bertkit.tasks.base import split_dev
 
 
 def test_mean_std_and_formatting():
-    assert report.mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0)  # sample std (n - 1)
-    assert report.mean_std([0.5]) == (0.5, 0.0)
+    assert mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0)  # sample std (n - 1)
+    assert mean_std([0.5]) == (0.5, 0.0)
     assert report.format_mean_std([0.80, 0.84]) == "82.0 ± 2.8"
     assert report.format_mean_std([81.25], scale=1.0) == "81.2"
     assert report.format_mean_std([]) == "—"
-    with pytest.raises(BertkitError):
-        report.mean_std([])
+    with pytest.raises(ValueError):
+        mean_std([])
     table = report.markdown_table(["a", "b|c"], [[1, "x"], [2, "y"]])
     assert table.splitlines() == ["| a | b\\|c |", "|---|---|", "| 1 | x |", "| 2 | y |"]
 
@@ -115,21 +118,21 @@ def test_task_files_finds_both_layouts(tmp_path):
         for split in ("train", "dev"):
             (folder / f"{split}.tsv").write_text("sentence\tlabel\nok\t1\n")
     for root in ("shared", "dl"):
-        files, note = ablate.task_files("sst2", tmp_path / root, tmp_path / "work")
-        assert files["train"].endswith("SST-2/train.tsv") and note == ""
+        files, note = ablate.task_files("sst2", tmp_path / root)
+        assert files["train_file"].endswith("SST-2/train.tsv") and note == ""
     with pytest.raises(BertkitError, match="rte: no train/dev files"):
-        ablate.task_files("rte", tmp_path / "shared", tmp_path / "work")
+        ablate.task_files("rte", tmp_path / "shared")
 
 
-def test_squad_dev_is_split_by_article(shared_data, tmp_path):
-    files, note = ablate.task_files("squad1", shared_data, tmp_path)
-    assert "split by article" in note
-    parts = {k: json.loads(open(v).read())["data"] for k, v in files.items()}
-    titles = {k: {a["title"] for a in v} for k, v in parts.items()}
-    assert titles["train"].isdisjoint(titles["dev"])
-    assert (len(parts["train"]), len(parts["dev"])) == (38, 10)  # 48 articles, every 5th held out
-    questions = sum(len(p["qas"]) for v in parts.values() for a in v for p in a["paragraphs"])
-    assert questions == 10570
+def test_squad_dev_is_split_by_article_with_the_finetuning_rule(shared_data):
+    files, note = ablate.task_files("squad1", shared_data)
+    assert "split by article" in note and files["split_dev"] == ablate.SQUAD_HELD_OUT
+    examples = get_task("squad1").read(shared_data / "squad" / "dev-v1.1.json")
+    parts = split_dev(examples, files["split_dev"], shared_data / "squad" / "dev-v1.1.json")
+    titles = [{e.title for e in part} for part in (parts.train, parts.held_out)]
+    assert titles[0].isdisjoint(titles[1])
+    assert (len(titles[0]), len(titles[1])) == (38, 10)  # 48 articles: the last 20% held out
+    assert len(parts.train) + len(parts.held_out) == 10570
 
 
 @pytest.mark.slow

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from bertkit.cli.main import main
+from bertkit.inference.pretraining import fill_mask, is_next_probability, load_pretraining_model
 from bertkit.studies import demo
 
 
@@ -22,12 +24,13 @@ def test_pretraining_files_takes_the_first_megabytes(tmp_path):
 
 
 def test_missing_data_says_what_to_pass(tmp_path, capsys):
-    assert demo.main(["--data", str(tmp_path), "--output", str(tmp_path / "r"), "--skip-probe"]) == 1
+    assert main(["demo", "--data", str(tmp_path), "--output", str(tmp_path / "r"),
+                 "--skip-probe"]) == 1
     assert "CORPUS=" in capsys.readouterr().err
     book = tmp_path / "book.txt"
     book.write_text("Some text.\n")
-    assert demo.main(["--data", str(tmp_path), "--corpus", str(book), "--output",
-                      str(tmp_path / "r"), "--skip-probe"]) == 1
+    assert main(["demo", "--data", str(tmp_path), "--corpus", str(book), "--output",
+                 str(tmp_path / "r"), "--skip-probe"]) == 1
     assert "bertkit data download glue-sst-2" in capsys.readouterr().err
 
 
@@ -35,13 +38,13 @@ def test_missing_data_says_what_to_pass(tmp_path, capsys):
 def test_demo_runs_end_to_end_at_tiny_scale(shared_data, tmp_path, capsys):
     books = shared_data / "books"
     out = tmp_path / "report"
-    args = ["--data", str(shared_data), "--output", str(out), "--corpus",
+    args = ["demo", "--data", str(shared_data), "--output", str(out), "--corpus",
             str(books / "paine-common_sense.txt"), str(books / "carroll-alice.txt"),
             "--model", "tiny", "--vocab-size", "1000", "--max-seq-length", "64",
             "--budget-minutes", "0.1", "--seeds", "1", "--train-examples", "32",
             "--dev-examples", "32", "--epochs", "1",
             "--no-reference", "--no-progress"]
-    assert demo.main(args) == 0
+    assert main(args) == 0
     printed = capsys.readouterr().out
     assert '"bank" in' in printed or "skipped: the MiniLM checkpoint" in printed
     assert printed.count("P(IsNext) =") == 2 and "dev accuracy" in printed
@@ -55,13 +58,9 @@ def test_demo_runs_end_to_end_at_tiny_scale(shared_data, tmp_path, capsys):
     results = json.loads((out / "work" / "results.json").read_text())
     assert sorted(results["cells"]) == ["pretrained/sst2/0", "random/sst2/0"]
     # The fill-mask helper: 5 guesses per [MASK], probabilities descending and in (0, 1].
-    from bertkit.heads import BertForPreTraining
-    from bertkit.tokenization import BertTokenizer
-
-    model_dir = out / "work" / "pretrain" / "model"
-    model, tok = BertForPreTraining.from_pretrained(model_dir), BertTokenizer.from_pretrained(model_dir)
-    guesses = demo.fill_mask(model, tok, "the [MASK] was [MASK] .")
-    assert len(guesses) == 2 and all(len(g) == 5 for g in guesses)
-    probs = [p for _, p in guesses[0]]
+    model, tok = load_pretraining_model(out / "work" / "pretrain" / "model", "mlm", "nsp")
+    guesses = fill_mask(model, tok, "the [MASK] was [MASK] .")
+    assert [pos for pos, _ in guesses] == [2, 4] and all(len(g) == 5 for _, g in guesses)
+    probs = [p for _, p in guesses[0][1]]
     assert probs == sorted(probs, reverse=True) and 0 < probs[0] <= 1
-    assert 0.0 <= demo.is_next_probability(model, tok, "a b c.", "d e f.") <= 1.0
+    assert 0.0 <= is_next_probability(model, tok, "a b c.", "d e f.") <= 1.0

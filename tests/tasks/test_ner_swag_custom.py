@@ -124,14 +124,14 @@ def test_custom_missing_column_and_regression(tmp_path):
 
 
 def test_predict_inputs_plain_text_and_jsonl(tmp_path):
-    from bertkit.tasks.inputs import output_record, read_input
+    from bertkit.tasks.inputs import read_input
 
     path = tmp_path / "in.txt"
     path.write_text("EU rejects German call\n\nPeter Blackburn\n")
     sentences = read_input(get_task("conll2003"), path)
     assert [s.words for s in sentences] == [("EU", "rejects", "German", "call"),
                                             ("Peter", "Blackburn")]
-    assert output_record(sentences[1], ["B-PER", "I-PER"]) == {
+    assert get_task("conll2003").output_record(sentences[1], ["B-PER", "I-PER"]) == {
         "id": "1", "words": ["Peter", "Blackburn"], "tags": ["B-PER", "I-PER"]}
     path = tmp_path / "in.jsonl"
     path.write_text('{"id": "q", "text": "a", "pair": "b"}\n{"pair": "no text"}\n')

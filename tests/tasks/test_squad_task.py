@@ -146,7 +146,7 @@ def test_v2_threshold_tuned_on_dev_and_written(tmp_path):
     assert scores["f1"] == 100.0 and scores["exact_match"] == 100.0
     assert -3.0 <= scores["null_threshold"] < -1.0
     assert scores["has_ans_f1"] == 100.0 and scores["no_ans_f1"] == 100.0
-    paths = task.write_predictions(preds, ex, tmp_path, "dev")
+    paths = task.write_predictions(preds, ex, tmp_path, "dev", scores)
     assert json.loads(paths[0].read_text()) == {"a": "x", "b": ""}
     assert json.loads(paths[1].read_text()) == {"a": -3.0, "b": -1.0}
 

@@ -258,7 +258,8 @@ def write_report(cfg: AblationConfig, store: ResultsStore, notes: dict[str, str]
              f"sequence length {cfg.max_seq_length}, batch {cfg.pretrain.train.batch_size}, peak lr "
              f"{cfg.pretrain.train.lr}. Fine-tuning: lr {cfg.finetune.train.lr}, "
              f"{cfg.finetune.epochs} epochs, batch {cfg.finetune.train.batch_size}, at most "
-             f"{cfg.finetune.max_train_examples} training examples, {cfg.seeds} seed(s); dev scores as mean ± std over seeds.", "", table, ""]
+             f"{cfg.finetune.max_train_examples} training examples, {cfg.seeds} seed(s); dev "
+             "scores as mean ± std over seeds.", "", table, ""]
     lines += [f"- {note}" for note in notes.values()]
     if "ltr" in cfg.variant_names:
         lines.append("- LTR & No NSP: its held-out accuracy is next-token accuracy; it is "

@@ -87,15 +87,21 @@ def pretrain_settings(recipe: PretrainConfig, config: BertConfig, shards: str | 
         recipe.train, output_dir=str(out), max_steps=steps, eval_every=every, save_every=every,
         keep=1, log_every=max(1, min(10, steps // 50)))
     return dataclasses.replace(recipe, data=str(shards), train=train_cfg, model=None, init=None,
-                               config_file=str(out / "model_config.json"),
+                               config_file=str(architecture_file(out)),
                                tokenizer=str(tokenizer_dir), eval_batches=5)
 
 
+def architecture_file(run_dir: Path) -> Path:
+    """The config.json a study's run is built from, beside the run folder (which the run owns)."""
+    return run_dir.with_name(f"{run_dir.name}.model_config.json")
+
+
 def seconds_per_step(recipe: PretrainConfig, config: BertConfig, shards: str | os.PathLike,
-                     tokenizer, probe_steps: int = 6) -> float:
+                     tokenizer, probe_steps: int = 8) -> float:
     """Wall time of one step of the training loop itself (`training.loop.train`: the same
     optimizer, autocast, clipping and accumulation as the real run) on the shards: a run of
-    2 + `probe_steps` steps minus a run of 2, so start-up and the final save cancel out."""
+    2 + `probe_steps` steps minus a run of 2, after an untimed warm-up run, so that start-up,
+    first-call allocations and the final save cancel out."""
     dataset = open_shards(shards, tokenizer, config)
     collate = make_collate(dataset, recipe.objective, tokenizer, seed=0)
 
@@ -110,9 +116,13 @@ def seconds_per_step(recipe: PretrainConfig, config: BertConfig, shards: str | o
         return time.perf_counter() - start
 
     with tempfile.TemporaryDirectory() as tmp:
+        timed(2, Path(tmp) / "warm-up")
         short = timed(2, Path(tmp) / "short")
         long = timed(2 + probe_steps, Path(tmp) / "long")
-    return max(long - short, 1e-6) / probe_steps
+    # The difference is the honest figure; on a noisy machine it can come out too small, and
+    # then the long run's mean (an over-estimate: fewer steps, never too many) is used.
+    per_step = (long - short) / probe_steps
+    return per_step if per_step > 0.2 * long / (2 + probe_steps) else long / (2 + probe_steps)
 
 
 def _has_checkpoint(run_dir: Path) -> bool:
@@ -134,8 +144,7 @@ def pretrain_model(recipe: PretrainConfig, config: BertConfig, steps: int,
         shutil.rmtree(out, ignore_errors=True)
     cfg = pretrain_settings(recipe, config, shards, tokenizer_dir, out, steps)
     cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, resume=resume))
-    out.mkdir(parents=True, exist_ok=True)
-    config.save(out / "model_config.json")
+    config.save(architecture_file(out))
     run_pretraining(cfg)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)  # the export is what is kept
     return model_dir
@@ -166,16 +175,14 @@ def main_score(task: str, metrics: dict[str, Any]) -> float:
 
 
 def finetune_cell(recipe: FinetuneConfig, model_dir: str | os.PathLike, task: str,
-                  out_dir: str | os.PathLike, seed: int, files: dict[str, str] | None = None
-                  ) -> dict[str, Any]:
-    """One fine-tuning run per `recipe` from scratch (a partial earlier attempt is discarded);
-    returns its metrics with `score` (the headline metric, 0-100) and `seconds` added."""
+                  out_dir: str | os.PathLike, seed: int) -> dict[str, Any]:
+    """One fine-tuning run per `recipe` (which names the data files) from scratch (a partial
+    earlier attempt is discarded); returns its metrics with `score` (the headline metric,
+    0-100) and `seconds` added."""
     out = Path(out_dir)
     shutil.rmtree(out, ignore_errors=True)
-    files = files or {}
     cfg = dataclasses.replace(recipe.with_run(out, seed=seed, resume=False), task=task,
-                              model_dir=str(model_dir), data_dir=str(out),
-                              train_file=files.get("train"), dev_file=files.get("dev"))
+                              model_dir=str(model_dir), data_dir=str(out))
     t0 = time.perf_counter()
     metrics = run_one(cfg)
     seconds = time.perf_counter() - t0

@@ -248,7 +248,8 @@ def evaluate_splits(task: Task, model: nn.Module, splits: list[Split],
         suffix = suffixes.get(split.name, f"_{split.name}")
         scores = task.score(split.examples, predictions)
         metrics.update({f"{k}{suffix}": v for k, v in scores.items()})
-        reason = task.collapse_reason(split.examples, predictions) if scores else None
+        final = task.final_predictions(predictions, scores)
+        reason = task.collapse_reason(split.examples, final) if scores else None
         if reason:
             metrics[f"collapsed{suffix}"] = True
             metrics[f"collapse_reason{suffix}"] = reason
