@@ -36,16 +36,17 @@ def read_sst2(path: Path, limit: int | None) -> tuple[list[str], list[int]]:
 
 
 def run_bertkit(model_dir: str, args: argparse.Namespace) -> dict:
-    from bertkit.training.finetune import FinetuneConfig, run_one
+    from bertkit.training.finetune import FinetuneConfig, finetune_train_config, run_one
 
     out = Path(tempfile.mkdtemp(prefix="bench-ft-bertkit-"))
     try:
         start = time.perf_counter()
+        train = finetune_train_config(str(out / "run"), lr=args.lr, seed=args.seed,
+                                      batch_size=32, progress=False)
         metrics = run_one(FinetuneConfig(
-            task="sst2", model_dir=model_dir, data_dir=str(args.glue), output_dir=str(out),
-            lr=args.lr, epochs=1, seed=args.seed, batch_size=32, max_seq_length=64,
-            max_train_examples=args.train_examples, max_eval_examples=args.dev_examples,
-            eval_batch_size=64, predict_test=False, progress=False))
+            task="sst2", model_dir=model_dir, data_dir=str(args.glue), train=train, epochs=1,
+            max_seq_length=64, max_train_examples=args.train_examples,
+            max_eval_examples=args.dev_examples, eval_batch_size=64, predict_test=False))
         return {"seconds": time.perf_counter() - start, "accuracy": metrics["accuracy"],
                 "steps": metrics["steps"]}
     finally:

@@ -103,7 +103,7 @@ def onnx_contender(model_dir: Path, encoder: Encoder, threads: int, batch_size: 
         out = np.zeros((len(texts), encoder.config.hidden_size), dtype=np.float32)
         for start in range(0, len(texts), batch_size):
             index = order[start:start + batch_size]
-            batch = tokenizer.batch_encode([texts[i] for i in index], max_length=max_length,
+            batch = tokenizer.encode_padded([texts[i] for i in index], max_length=max_length,
                                            return_tensors="np")
             feed = {k: batch[k].astype(np.int64)
                     for k in ("input_ids", "attention_mask", "token_type_ids")}
@@ -163,7 +163,7 @@ def bench_base(args: argparse.Namespace) -> None:
         ours.save_pretrained(tmp)
         ref = transformers.BertModel.from_pretrained(tmp).eval()
     bs = args.base_batch_size
-    batches = [tokenizer.batch_encode(texts[i:i + bs], max_length=128, return_tensors="pt")
+    batches = [tokenizer.encode_padded(texts[i:i + bs], max_length=128, return_tensors="pt")
                for i in range(0, len(texts), bs)]
 
     def hf(autocast: bool) -> np.ndarray:

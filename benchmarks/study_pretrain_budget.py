@@ -2,7 +2,7 @@
 pre-training beat random initialisation on SST-2? Not a speed benchmark: a plain loop over the
 library's shards, collate, model and metrics, so that each knob can be turned by hand.
 
-    # data: the demo's vocabulary and shards (python -m bertkit.studies.demo makes them), or your own
+    # data: the demo's vocabulary and shards (`bertkit demo` makes them), or your own
     python benchmarks/study_pretrain_budget.py pretrain --vocab demo-report/work/vocab \\
         --shards demo-report/work/shards --out study/tiny-2000 --steps 2000 --lr 1e-3
     python benchmarks/study_pretrain_budget.py random --vocab demo-report/work/vocab --out study/random
@@ -27,6 +27,7 @@ from bertkit.config import BertConfig
 from bertkit.heads import BertForPreTraining
 from bertkit.studies import pipeline
 from bertkit.tokenization import BertTokenizer
+from bertkit.training.finetune import FinetuneConfig, finetune_train_config
 from bertkit.training.optim import lr_at, param_groups, resolve_warmup
 from bertkit.training.pretrain import make_collate, make_evaluator, open_shards
 
@@ -86,13 +87,15 @@ def random(args) -> None:
 
 
 def finetune(args) -> None:
-    plan = pipeline.FinetunePlan(lr=args.lr, epochs=args.epochs, max_train_examples=args.train)
+    sst2 = Path(args.data) / "SST-2"
+    plan = FinetuneConfig("sst2", "", "", train=finetune_train_config(lr=args.lr, progress=False),
+                          epochs=args.epochs, max_seq_length=128, max_train_examples=args.train,
+                          train_file=str(sst2 / "train.tsv"), dev_file=str(sst2 / "dev.tsv"))
     for model in args.models:
         scores = []
         for seed in range(args.seeds):
             work = Path(args.work) / f"{Path(model).name}-lr{args.lr}-n{args.train}-seed{seed}"
-            scores.append(pipeline.finetune(model, "sst2", args.data, work, seed, plan,
-                                            progress=False)["score"])
+            scores.append(pipeline.finetune_cell(plan, model, "sst2", work, seed)["score"])
         spread = statistics.stdev(scores) if len(scores) > 1 else 0.0
         print(f"{model}: lr {args.lr}, {args.train} examples, {args.epochs:g} epochs: "
               f"{', '.join(f'{s:.1f}' for s in scores)} = {statistics.mean(scores):.1f} ± {spread:.1f}",

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError
+from bertkit.io import atomic_write_text
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
@@ -129,8 +130,6 @@ class BertConfig:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write config.json atomically (a file path, or a directory to hold config.json)."""
-        from bertkit.io import atomic_write_text
-
         path = Path(path)
         if path.is_dir() or path.suffix != ".json":
             path = path / "config.json"

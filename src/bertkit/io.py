@@ -39,21 +39,26 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def read_text_lines(path: str | os.PathLike) -> list[tuple[int, str]]:
-    """(line number, line) of a UTF-8 text file; bytes that are not UTF-8 are an error naming
-    the file and line, not a codec traceback."""
+    """(line number, line) of a UTF-8 text file, split on newlines only (a text may hold other
+    Unicode line separators); bytes that are not UTF-8 are an error naming the file and line,
+    not a codec traceback."""
     data = Path(path).read_bytes()
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = data[:err.start].count(b"\n") + 1
-        raise BertkitError(f"{path}:{line}: not valid UTF-8 (byte 0x{data[err.start]:02x}); "
+        raise BertkitError(f"{path}, line {line}: not valid UTF-8 (byte 0x{data[err.start]:02x}); "
                            "save the file as UTF-8") from None
-    return list(enumerate(text.splitlines(), start=1))
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [(n, line.rstrip("\r")) for n, line in enumerate(lines, start=1)]
 
 
 # --- output folders: the one rule every command follows ------------------------------------------
 
-IGNORED_ON_RESUME = ("resume", "progress", "overwrite")  # settings a resumed run may change
+# Settings a resumed run may change: they shape what is shown, not what is computed.
+IGNORED_ON_RESUME = ("resume", "progress", "overwrite", "log_every", "tensorboard", "keep")
 
 
 def check_not_inside(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]) -> None:
@@ -84,14 +89,15 @@ def claim_output_dir(path: str | os.PathLike, marker: str, settings: dict[str, A
                      resume: bool = False, inputs: Sequence[str | os.PathLike] = ()) -> bool:
     """A command writes only into a folder that is new, empty, or its own earlier run of the
     same kind, recognized by `marker` (a JSON file of the run's settings, written first).
-    Continuing an earlier run needs `resume` and the same settings. Returns True when the
+    Continuing an earlier run needs `resume` and the same settings; an attempt that stopped
+    before writing anything but its marker counts as an empty folder. Returns True when the
     folder holds an earlier run that is being continued."""
     path = Path(path)
     check_not_inside(path, inputs)
     if path.exists() and not path.is_dir():
         raise BertkitError(f"{path}: exists and is not a folder; choose a new output folder")
     settings = json.loads(json.dumps(settings, default=str))
-    if path.is_dir() and any(path.iterdir()):
+    if path.is_dir() and any(p.name != marker for p in path.iterdir()):
         earlier = path / marker
         if not earlier.is_file():
             raise BertkitError(f"{path}: not empty and not a folder this command wrote (no "

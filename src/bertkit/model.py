@@ -33,6 +33,17 @@ class BertOutput:
     attentions: tuple[torch.Tensor, ...] | None = None  # one per layer, (B, N, T, T)
 
 
+@dataclass
+class PackedLayout:
+    """Where the S real tokens of B sequences (laid end to end) sit in the padded (B, T) layout:
+    the dense parts of a layer run on (S, H), attention alone on (B, N, T, D)."""
+
+    batch: int  # B
+    max_len: int  # T
+    scatter: torch.Tensor | None  # (S,) row of each token in the (B*T) layout; None = no padding
+    mask: torch.Tensor | None  # (B, 1, 1, T) True = real key; None when nothing is padded
+
+
 def activation(name: str):
     if name == "gelu":
         return F.gelu  # the exact erf form, as the original BERT
@@ -88,6 +99,22 @@ class SelfAttention(nn.Module):
         ctx = ctx.transpose(1, 2).reshape(B, T, H)  # (B, T, N*D)
         return self.out(ctx), probs
 
+    def forward_packed(self, x: torch.Tensor, layout: PackedLayout) -> torch.Tensor:
+        """The same attention on packed tokens x (S, H): projections on the real tokens only,
+        scores on the padded layout (inference; no dropout, no probabilities)."""
+        B, T, H = layout.batch, layout.max_len, x.shape[-1]
+        N = self.num_heads
+        D = H // N
+        qkv = self.qkv(x)  # (S, 3H)
+        if layout.scatter is not None:
+            qkv = qkv.new_zeros(B * T, 3 * H).index_copy_(0, layout.scatter, qkv)  # (B*T, 3H)
+        q, k, v = qkv.view(B, T, 3, N, D).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, N, T, D)
+        ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.mask)  # (B, N, T, D)
+        ctx = ctx.transpose(1, 2).reshape(B * T, H)  # (B*T, H)
+        if layout.scatter is not None:
+            ctx = ctx.index_select(0, layout.scatter)  # (S, H)
+        return self.out(ctx)
+
 
 class FeedForward(nn.Module):
     def __init__(self, config: BertConfig):
@@ -116,6 +143,11 @@ class EncoderLayer(nn.Module):
         x = self.attention_norm(x + self.dropout(attn))
         x = self.ffn_norm(x + self.dropout(self.ffn(x)))
         return x, probs
+
+    def forward_packed(self, x: torch.Tensor, layout: PackedLayout) -> torch.Tensor:
+        """The same block on packed tokens (S, H); see `SelfAttention.forward_packed`."""
+        x = self.attention_norm(x + self.dropout(self.attention.forward_packed(x, layout)))
+        return self.ffn_norm(x + self.dropout(self.ffn(x)))
 
 
 class Pooler(nn.Module):
@@ -175,12 +207,32 @@ class BertModel(PretrainedMixin, nn.Module):
         )
 
 
+    def forward_packed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                       position_ids: torch.Tensor, layout: PackedLayout,
+                       hidden_index: list[int]) -> list[torch.Tensor]:
+        """The encoder on packed tokens (all (S,): ids, segments, positions within their
+        sequence): hidden states (S, H) for each index asked for (0 = embeddings, i = after
+        layer i), equal to `forward` at the real tokens with less work on padding."""
+        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (S, H)
+        states = {0: x}
+        for i, layer in enumerate(self.layers[:max(hidden_index)], start=1):
+            x = layer.forward_packed(x, layout)  # (S, H)
+            states[i] = x
+        return [states[i] for i in hidden_index]
+
+
+def _exporting() -> bool:
+    """Compiling or exporting: no value may be read back (a graph break, or a constant baked
+    into the exported graph), so the mask is always applied and inputs are not inspected."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+
+
 def attention_bool_mask(attention_mask, T: int, causal: bool, device) -> torch.Tensor | None:
     """Boolean mask broadcastable to (B, N, T, T), True = may attend; None when nothing is hidden
     (lets SDPA pick its fastest kernel)."""
     mask = None
-    # Checking for "no padding" reads a value back (a graph break under torch.compile): there, keep the mask.
-    if attention_mask is not None and (torch.compiler.is_compiling() or not bool(attention_mask.all())):
+    # Checking for "no padding" reads a value back (see _exporting): there, keep the mask.
+    if attention_mask is not None and (_exporting() or not bool(attention_mask.all())):
         mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T): keys that are real
     if causal:
         tri = torch.ones(T, T, dtype=torch.bool, device=device).tril()  # (T, T): key <= query
@@ -190,8 +242,8 @@ def attention_bool_mask(attention_mask, T: int, causal: bool, device) -> torch.T
 
 def check_inputs(config: BertConfig, input_ids, token_type_ids, attention_mask, position_ids):
     """Bad ids make embedding lookups fail deep inside (or silently on some devices): say so here.
-    Skipped inside torch.compile, where reading values back would break the graph."""
-    if torch.compiler.is_compiling():
+    Skipped inside torch.compile and export, where values cannot be read back."""
+    if _exporting():
         return
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
         shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids)

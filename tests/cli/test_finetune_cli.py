@@ -137,7 +137,9 @@ def test_glue_outputs_and_transformers_loads_the_model(tiny_model, shared_data, 
     out = tmp_path / "sst2"
     finetune(tiny_model, out, "sst2", ["--data", str(shared_data / "glue")])
     submission = (out / "SST-2.tsv").read_text().splitlines()
-    assert submission[0] == "index\tprediction" and len(submission) == 17
+    # --max-eval-examples cuts dev only: a submission file labels every test sentence
+    test_rows = (shared_data / "glue" / "SST-2" / "test.tsv").read_text().splitlines()
+    assert submission[0] == "index\tprediction" and len(submission) == len(test_rows)
     assert all(line.split("\t")[1] in ("0", "1") for line in submission[1:])
     capsys.readouterr()
     assert main(["evaluate", str(out), "--data", str(shared_data / "glue"),

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from bertkit.cli.inference_cmds import read_texts
 from bertkit.cli.main import main
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.inference import Encoder
+from bertkit.inference.files import read_texts
 from bertkit.model import BertModel
 from bertkit.tokenization import BertTokenizer
 from tests.inference.test_encoder import VOCAB

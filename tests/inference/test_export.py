@@ -35,7 +35,7 @@ def test_export_onnx_dynamic_axes(model_dir, tmp_path):
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     enc = Encoder(model_dir)
     texts = ["the cat sat on the mat.", "hello", "a dog and a cat in paris"]
-    batch = enc.tokenizer.batch_encode(texts, return_tensors="np")
+    batch = enc.tokenizer.encode_padded(texts, return_tensors="np")
     inputs = {k: batch[k].astype(np.int64) for k in ("input_ids", "attention_mask",
                                                      "token_type_ids")}
     (hidden,) = session.run(None, inputs)

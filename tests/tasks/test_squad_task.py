@@ -16,8 +16,8 @@ from bertkit.tasks.squad import (
     best_span,
     char_span_to_tokens,
     max_context_flags,
-    window_starts,
 )
+from bertkit.tokenization.windows import window_starts
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """The training loop: exact resume after SIGKILL, SIGTERM save, accumulation, bad states.
 
 Run as a script (`python test_loop.py MODE OUT ...`) this file is also the child process the
-tests kill, and the worker `torchrun` starts for the DDP test (test_loop_ddp.py).
+tests kill, and the worker `torchrun` starts for the DDP test
+(`test_ddp_two_gloo_processes_match_one_process`, below).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from bertkit.data.instances import InstanceConfig
 from bertkit.data.prepare import PrepareConfig, prepare
 from bertkit.data.shards import ShardDataset
 from bertkit.heads import BertForPreTraining
+from bertkit.studies.report import read_run_metrics
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.trainer import TrainerConfig, save_vocab, train_from_texts
 from bertkit.training.pretrain import ltr_targets, make_collate
@@ -192,9 +193,7 @@ def test_two_phases_then_continued_pretraining_with_init(corpus, tmp_path):
                     "--phase2-data", str(corpus["dynamic"]), "--phase2-steps", "4") == 0
     assert [r["step"] for r in records(out)] == [5, 10, 15, 20]
     assert [r["step"] for r in records(out / "phase2")] == [4]
-    from bertkit.cli.pretrain_cmds import read_metrics
-
-    assert [r["step"] for r in read_metrics(out)] == [5, 10, 15, 20, 24]
+    assert [r["step"] for r in read_run_metrics(out)] == [5, 10, 15, 20, 24]
     # --resume after both phases finished: phase 1 is skipped, phase 2 has nothing left to do.
     assert pretrain(corpus, out, "--max-steps", "20", "--eval-holdout", "0", "--resume",
                     "--phase2-data", str(corpus["dynamic"]), "--phase2-steps", "4") == 0

@@ -9,16 +9,13 @@ file and line number before any model work is done.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import logging
 from pathlib import Path
 
-import numpy as np
-
 from bertkit.errors import BertkitError
-from bertkit.inference import COMBINES, POOLINGS, PRECISIONS, Encoder, TokenFeatures
-from bertkit.io import atomic_path
+from bertkit.inference import COMBINES, POOLINGS, PRECISIONS, Encoder
+from bertkit.inference.export import export_onnx
+from bertkit.inference.files import read_texts, write_features, write_vectors
 
 log = logging.getLogger("bertkit")
 
@@ -128,8 +125,6 @@ def run_similarity(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from bertkit.inference.export import export_onnx
-
     report = export_onnx(args.model, args.output, opset=args.opset,
                          validate=not args.no_validate)
     log.info("%s", report.summary())
@@ -157,125 +152,3 @@ def parse_layers(spec: str) -> list[int]:
     if not layers:
         raise BertkitError("--layers: no layer given")
     return layers
-
-
-def read_texts(path: Path, column: str = "text", pair_column: str | None = None
-               ) -> tuple[list[str], list[str] | None]:
-    """Texts (and pair texts) of a .txt/.jsonl/.csv/.tsv file; BertkitError names the line."""
-    if not path.is_file():
-        raise BertkitError(f"{path}: no such file")
-    lines = _decoded_lines(path)
-    suffix = path.suffix.lower()
-    if suffix == ".txt":
-        if pair_column:
-            raise BertkitError(f"{path}: --pair-column needs a .jsonl or .csv input")
-        return lines, None
-    if suffix == ".jsonl":
-        rows = _jsonl_rows(path, lines, column, pair_column)
-    elif suffix in (".csv", ".tsv"):
-        rows = _csv_rows(path, lines, column, pair_column, "\t" if suffix == ".tsv" else ",")
-    else:
-        raise BertkitError(f"{path}: unknown input type {suffix!r} (expected .txt, .jsonl, .csv, "
-                           ".tsv)")
-    texts = [text for text, _ in rows]
-    return texts, ([pair for _, pair in rows] if pair_column else None)
-
-
-def _decoded_lines(path: Path) -> list[str]:
-    lines = []
-    with path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as err:
-                raise BertkitError(f"{path}, line {number}: not valid UTF-8 ({err.reason} at "
-                                   f"byte {err.start})") from None
-            lines.append(line.rstrip("\r\n"))
-    return lines
-
-
-def _field(path: Path, number: int, record: object, name: str) -> str:
-    if not isinstance(record, dict) or name not in record:
-        raise BertkitError(f"{path}, line {number}: expected an object with a {name!r} field")
-    value = record[name]
-    if not isinstance(value, str):
-        raise BertkitError(f"{path}, line {number}: field {name!r} must be a string, "
-                           f"got {type(value).__name__}")
-    return value
-
-
-def _jsonl_rows(path: Path, lines: list[str], column: str, pair_column: str | None
-                ) -> list[tuple[str, str | None]]:
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise BertkitError(f"{path}, line {number}: invalid JSON ({err.msg})") from None
-        if isinstance(record, str) and pair_column is None:
-            rows.append((record, None))
-            continue
-        pair = _field(path, number, record, pair_column) if pair_column else None
-        rows.append((_field(path, number, record, column), pair))
-    return rows
-
-
-def _csv_rows(path: Path, lines: list[str], column: str, pair_column: str | None,
-              delimiter: str) -> list[tuple[str, str | None]]:
-    reader = csv.reader(lines, delimiter=delimiter)
-    header = next(reader, None)
-    if header is None:
-        raise BertkitError(f"{path}: empty file (expected a header row)")
-    wanted = [column] + ([pair_column] if pair_column else [])
-    for name in wanted:
-        if name not in header:
-            raise BertkitError(f"{path}, line 1: no column {name!r} in the header "
-                               f"({', '.join(header)}); choose one with --column")
-    index = [header.index(name) for name in wanted]
-    rows = []
-    for record in reader:
-        if not record:
-            continue
-        if len(record) != len(header):
-            raise BertkitError(f"{path}, line {reader.line_num}: {len(record)} fields, the header "
-                               f"has {len(header)}")
-        rows.append((record[index[0]], record[index[1]] if pair_column else None))
-    return rows
-
-
-def write_vectors(path: Path, vectors: np.ndarray) -> None:
-    suffix = path.suffix.lower()
-    if suffix not in (".npy", ".jsonl"):
-        raise BertkitError(f"{path}: output must be .npy or .jsonl")
-    with atomic_path(path) as tmp, tmp.open("wb") as f:
-        if suffix == ".npy":
-            np.save(f, vectors)
-            return
-        for i, row in enumerate(vectors):
-            record = {"index": i, "embedding": [round(float(v), 6) for v in row]}
-            f.write((json.dumps(record) + "\n").encode("utf-8"))
-
-
-def write_features(path: Path, feats: list[TokenFeatures], layers: list[int], combine: str
-                   ) -> None:
-    """Google's `extract_features.py` layout: one line per text, {"linex_index", "features":
-    [{"token", "offsets", "layers": [{"index", "values"}]}]}; concat/sum give "values" per token."""
-    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
-        for i, feat in enumerate(feats):
-            tokens = []
-            for t, (token, offsets) in enumerate(zip(feat.tokens, feat.offsets)):
-                entry: dict = {"token": token, "offsets": list(offsets)}
-                vec = feat.vectors[t]
-                if combine == "none":
-                    entry["layers"] = [{"index": layer, "values": _rounded(vec[j])}
-                                       for j, layer in enumerate(layers)]
-                else:
-                    entry["values"] = _rounded(vec)
-                tokens.append(entry)
-            f.write(json.dumps({"linex_index": i, "features": tokens}) + "\n")
-
-
-def _rounded(values: np.ndarray) -> list[float]:
-    return [round(float(v), 6) for v in values]

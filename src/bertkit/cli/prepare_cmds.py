@@ -8,6 +8,7 @@ from bertkit.data.chunks import ChunkConfig, default_max_predictions
 from bertkit.data.corpus import FORMATS
 from bertkit.data.instances import OBJECTIVES, InstanceConfig
 from bertkit.data.prepare import PrepareConfig, prepare
+from bertkit.tokenization import BertTokenizer
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -58,8 +59,6 @@ def config_from_args(args: argparse.Namespace) -> PrepareConfig:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from bertkit.tokenization import BertTokenizer
-
     config = config_from_args(args)
     tokenizer = BertTokenizer.from_pretrained(args.tokenizer)
     prepare(args.files, tokenizer, args.output, config, workers=args.workers,

@@ -33,13 +33,13 @@ from typing import Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
 from bertkit.errors import BertkitError
-from bertkit.model import BertModel, EncoderLayer
+from bertkit.model import BertModel, PackedLayout
 from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization.windows import context_score, window_starts
 
 log = logging.getLogger("bertkit")
 
@@ -324,13 +324,9 @@ def window_pieces(text: int, ids: list[int], max_length: int, stride: int) -> li
     `stride` tokens (Google's doc_stride), until the last content token is covered."""
     content = ids[1:-1]
     W = max_length - 2
-    pieces, start = [], 0
-    while True:
-        window = content[start:start + W]
-        pieces.append(_Piece(text, ids[:1] + window + ids[-1:], [0] * (len(window) + 2), start))
-        if start + W >= len(content):
-            return pieces
-        start += stride
+    return [_Piece(text, ids[:1] + content[s:s + W] + ids[-1:],
+                   [0] * (len(content[s:s + W]) + 2), s)
+            for s in window_starts(len(content), W, stride)]
 
 
 def count_by_text(pieces: list[_Piece]) -> dict[int, int]:
@@ -352,7 +348,7 @@ def merge_windows(parts: list[tuple[int, torch.Tensor]], n_content: int) -> torc
     for start, vec in parts:
         W = vec.shape[0] - 2
         j = torch.arange(W, device=first.device)
-        score = torch.minimum(j, W - 1 - j) + 0.01 * W  # (W,)
+        score = context_score(j, W)  # (W,)
         take = score > best[start:start + W]
         best[start:start + W] = torch.where(take, score, best[start:start + W])
         out[1 + start:1 + start + W][take] = vec[1:-1][take]
@@ -375,7 +371,7 @@ def pool_packed(x: torch.Tensor, lengths: Sequence[int], pooling: Pooling) -> to
     return out.scatter_reduce_(0, seg[:, None].expand_as(x), x, "amax")
 
 
-# ---- the forward pass on packed tokens -------------------------------------------------------
+# ---- packed batches: the real tokens end to end (model.py runs them) -----------------------
 
 
 @dataclass
@@ -383,14 +379,16 @@ class PackedBatch:
     input_ids: torch.Tensor  # (S,) the real tokens of B pieces, end to end
     type_ids: torch.Tensor  # (S,)
     positions: torch.Tensor  # (S,) position of each token in its piece
-    scatter: torch.Tensor | None  # (S,) row of each token in the padded (B*T) layout; None = no pad
-    mask: torch.Tensor | None  # (B, 1, 1, T) True = real key; None when no piece is padded
+    layout: PackedLayout  # where they sit in the padded (B, T) layout
     lengths: list[int]
-    max_len: int
 
     @property
     def num_tokens(self) -> int:
         return int(self.input_ids.numel())
+
+    @property
+    def max_len(self) -> int:
+        return self.layout.max_len
 
 
 def pack(pieces: Sequence[_Piece], device: torch.device) -> PackedBatch:
@@ -406,42 +404,15 @@ def pack(pieces: Sequence[_Piece], device: torch.device) -> PackedBatch:
         rows = torch.repeat_interleave(torch.arange(B), n)  # (S,)
         scatter = (rows * T + positions).to(device)  # (S,)
         mask = (torch.arange(T)[None, :] < n[:, None])[:, None, None, :].to(device)  # (B,1,1,T)
-    return PackedBatch(ids.to(device), types.to(device), positions.to(device), scatter, mask,
-                       lengths, T)
+    return PackedBatch(ids.to(device), types.to(device), positions.to(device),
+                       PackedLayout(B, T, scatter, mask), lengths)
 
 
 def packed_forward(model: BertModel, batch: PackedBatch, hidden_index: list[int]
                    ) -> list[torch.Tensor]:
-    """`model`'s encoder on packed tokens: hidden states (S, H) for each index asked for
-    (0 = embeddings, i = after layer i), equal to `BertModel.forward` at the real tokens."""
-    emb = model.embeddings
-    x = emb.word_embeddings(batch.input_ids) + emb.token_type_embeddings(batch.type_ids)
-    x = emb.norm(x + emb.position_embeddings(batch.positions))  # (S, H)
-    states = {0: x}
-    last = max(hidden_index)
-    for i, layer in enumerate(model.layers[:last], start=1):
-        x = packed_layer(layer, x, batch)
-        states[i] = x
-    return [states[i] for i in hidden_index]
-
-
-def packed_layer(layer: EncoderLayer, x: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
-    """One post-LN block; dense parts on (S, H), attention on the padded layout."""
-    attn = layer.attention
-    B, T, H = len(batch.lengths), batch.max_len, x.shape[-1]
-    N = attn.num_heads
-    D = H // N
-    qkv = attn.qkv(x)  # (S, 3H)
-    if batch.scatter is not None:
-        padded = qkv.new_zeros(B * T, 3 * H).index_copy_(0, batch.scatter, qkv)  # (B*T, 3H)
-        qkv = padded
-    q, k, v = qkv.view(B, T, 3, N, D).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, N, T, D)
-    ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=batch.mask)  # (B, N, T, D)
-    ctx = ctx.transpose(1, 2).reshape(B * T, H)  # (B*T, H)
-    if batch.scatter is not None:
-        ctx = ctx.index_select(0, batch.scatter)  # (S, H)
-    x = layer.attention_norm(x + attn.out(ctx))
-    return layer.ffn_norm(x + layer.ffn(x))
+    """`BertModel.forward_packed` on a packed batch: hidden states (S, H) per index."""
+    return model.forward_packed(batch.input_ids, batch.type_ids, batch.positions, batch.layout,
+                                hidden_index)
 
 
 def padded_forward(model: BertModel, batch: PackedBatch, hidden_index: list[int]
@@ -449,10 +420,11 @@ def padded_forward(model: BertModel, batch: PackedBatch, hidden_index: list[int]
     """The plain `BertModel.forward` on the padded batch, results packed to (S, H) (reference
     path, and the one to use if the packed path ever disagrees with a changed model.py)."""
     B, T = len(batch.lengths), batch.max_len
+    scatter = batch.layout.scatter
     ids = batch.input_ids.new_zeros(B * T)
     types = batch.type_ids.new_zeros(B * T)
     mask = torch.zeros(B * T, dtype=torch.long, device=ids.device)
-    rows = batch.scatter if batch.scatter is not None else torch.arange(B * T, device=ids.device)
+    rows = scatter if scatter is not None else torch.arange(B * T, device=ids.device)
     ids[rows], types[rows], mask[rows] = batch.input_ids, batch.type_ids, 1
     out = model(ids.view(B, T), types.view(B, T), mask.view(B, T), output_hidden_states=True)
     return [out.hidden_states[i].reshape(B * T, -1).index_select(0, rows) for i in hidden_index]

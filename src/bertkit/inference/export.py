@@ -39,14 +39,8 @@ class OnnxEncoder(nn.Module):
         self.model = model
 
     def forward(self, input_ids, attention_mask, token_type_ids):
-        emb = self.model.embeddings
-        T = input_ids.shape[1]
-        positions = torch.arange(T, device=input_ids.device).unsqueeze(0)  # (1, T)
-        mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T): keys that are real
-        x = emb(input_ids, token_type_ids, positions)  # (B, T, H)
-        for layer in self.model.layers:
-            x, _ = layer(x, mask)
-        return x
+        # BertModel keeps the mask while exporting (model._exporting): no data-dependent branch.
+        return self.model(input_ids, token_type_ids, attention_mask).last_hidden_state
 
 
 @dataclass

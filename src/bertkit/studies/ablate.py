@@ -223,7 +223,7 @@ def run_ablation(cfg: AblationConfig) -> Path:
         return pipeline.finetune_cell(recipe, models[variant], task, cell_dir, seed)
 
     run_cells(store, cells, run_cell, progress)
-    return write_report(cfg, store, {t: note for t, (_, note) in files.items() if note})
+    return write_ablation_report(cfg, store, {t: note for t, (_, note) in files.items() if note})
 
 
 def summary_rows(cfg: AblationConfig, store: ResultsStore) -> list[list[str]]:
@@ -239,7 +239,7 @@ def summary_rows(cfg: AblationConfig, store: ResultsStore) -> list[list[str]]:
     return rows
 
 
-def write_report(cfg: AblationConfig, store: ResultsStore, notes: dict[str, str]) -> Path:
+def write_ablation_report(cfg: AblationConfig, store: ResultsStore, notes: dict[str, str]) -> Path:
     """`REPORT.md` (the table, mean ± std over seeds), `ablation.png` and `pretraining.png`."""
     out = Path(cfg.output_dir)
     header = ["variant", "pre-training steps", "held-out MLM acc", *(

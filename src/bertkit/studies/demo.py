@@ -249,7 +249,7 @@ def _verdict(store: ResultsStore, pre_name: str, rnd_name: str, what: str) -> st
             "pre-training did NOT help at this budget (see docs/ablations.md).")
 
 
-def write_report(args: DemoConfig, out: Path, store: ResultsStore, learned: list[str],
+def write_demo_report(args: DemoConfig, out: Path, store: ResultsStore, learned: list[str],
                  cfg: BertConfig, recipe: PretrainConfig, steps: int, timings: dict) -> Path:
     """Step 5: REPORT.md + pretraining.png + sst2.png in `out`."""
     work = out / "work"
@@ -324,6 +324,6 @@ def run(args: DemoConfig) -> Path:
     rows, verdict = sst2_lines(store, args.seeds)
     print("\n" + "\n".join(rows) + "\n\n" + verdict)
     banner("5. Report")
-    path = write_report(args, out, store, learned, config, recipe, steps, timings)
+    path = write_demo_report(args, out, store, learned, config, recipe, steps, timings)
     print(f"{path} (total {sum(timings.values()) / 60:.1f} min)")
     return path

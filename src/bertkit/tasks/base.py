@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text
@@ -157,8 +158,6 @@ def run_model(model: nn.Module, features: Sequence[Feature],
               progress: bool = False) -> dict[str, list[torch.Tensor]]:
     """Forward every feature in eval mode without labels; returns, per output key, one tensor
     per feature (on CPU, float32, padding stripped by the caller). Restores the train flag."""
-    from tqdm.auto import tqdm
-
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device

@@ -37,6 +37,7 @@ from bertkit.tasks.base import (
     record_text,
     require_file,
 )
+from bertkit.tokenization.windows import context_score, window_starts
 
 NO_SPAN_ODDS = 1e6
 
@@ -109,16 +110,6 @@ def char_span_to_tokens(offsets: Sequence[tuple[int, int]], start: int, end: int
     return first, last
 
 
-def window_starts(n_tokens: int, window: int, stride: int) -> list[int]:
-    """Starts of the windows covering n_tokens, as run_squad.py cuts them (stride <= window)."""
-    starts, start = [], 0
-    while True:
-        starts.append(start)
-        if start + window >= n_tokens:
-            return starts
-        start += min(window, stride)
-
-
 @functools.lru_cache(maxsize=4096)
 def max_context_flags(n_tokens: int, window: int, stride: int, w: int) -> tuple[bool, ...]:
     """For window w: does each of its tokens have its maximal context here? (run_squad's
@@ -132,7 +123,7 @@ def max_context_flags(n_tokens: int, window: int, stride: int, w: int) -> tuple[
         for j, s in enumerate(starts):
             length = min(window, n_tokens - s)
             if s <= pos < s + length:
-                score = min(pos - s, s + length - 1 - pos) + 0.01 * length
+                score = context_score(pos - s, length)
                 if score > best:
                     best, best_w = score, j
         flags.append(best_w == w)

@@ -330,7 +330,7 @@ class BertTokenizer:
         texts = _check_texts(texts, "texts")
         return [e.ids for e in self._engine.encode_batch(texts, add_special_tokens=False)]
 
-    def batch_encode(
+    def encode_padded(
         self,
         texts: str | Sequence[str],
         pairs: str | Sequence[str] | None = None,
@@ -374,7 +374,7 @@ class BertTokenizer:
             return to_tensors(rows, return_tensors)
         return {key: value[0] for key, value in rows.items()} if single else rows
 
-    __call__ = batch_encode
+    __call__ = encode_padded
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         """Text of `ids`: pieces joined with spaces, ``##`` continuations glued to their word,

@@ -31,6 +31,7 @@ from bertkit.data.shards import ShardDataset, read_meta
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForPreTraining, PreTrainingOutput
 from bertkit.io import claim_output_dir
+from bertkit.tokenization import BertTokenizer
 from bertkit.training import distributed
 from bertkit.training.loop import TrainConfig, TrainResult, train
 
@@ -92,8 +93,6 @@ class PretrainConfig:
 
 def load_tokenizer(cfg: PretrainConfig):
     """The tokenizer from --tokenizer, else from --init when it carries vocab.txt, else None."""
-    from bertkit.tokenization import BertTokenizer
-
     for where in (cfg.tokenizer, cfg.init):
         if where is not None and (Path(where) / "vocab.txt").is_file():
             return BertTokenizer.from_pretrained(where)
