@@ -9,10 +9,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from tqdm.auto import tqdm
 
 from bertkit.errors import BertkitError
 
@@ -26,6 +29,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would differ from the user's files
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -36,6 +40,21 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def progress_bar(iterable: Any = None, **kwargs: Any) -> tqdm:
+    """A tqdm bar on a terminal; written to a file or a CI log it updates every 30 s instead
+    of many times a second (megabytes of carriage-return updates otherwise)."""
+    if not sys.stderr.isatty():
+        kwargs["mininterval"] = max(30.0, kwargs.get("mininterval", 0.0))
+        kwargs["dynamic_ncols"] = False
+    return tqdm(iterable, **kwargs)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def read_text_lines(path: str | os.PathLike) -> list[tuple[int, str]]:
@@ -86,12 +105,14 @@ def check_new_file(path: str | os.PathLike, inputs: Sequence[str | os.PathLike] 
 
 
 def claim_output_dir(path: str | os.PathLike, marker: str, settings: dict[str, Any],
-                     resume: bool = False, inputs: Sequence[str | os.PathLike] = ()) -> bool:
+                     resume: bool = False, inputs: Sequence[str | os.PathLike] = (),
+                     overwrite: bool = False) -> bool:
     """A command writes only into a folder that is new, empty, or its own earlier run of the
     same kind, recognized by `marker` (a JSON file of the run's settings, written first).
-    Continuing an earlier run needs `resume` and the same settings; an attempt that stopped
-    before writing anything but its marker counts as an empty folder. Returns True when the
-    folder holds an earlier run that is being continued."""
+    Continuing an earlier run needs `resume` and the same settings; replacing it needs
+    `overwrite` (the files the command writes are replaced, nothing else is deleted); an
+    attempt that stopped before writing anything but its marker counts as an empty folder.
+    Returns True when the folder holds an earlier run that is being continued."""
     path = Path(path)
     check_not_inside(path, inputs)
     if path.exists() and not path.is_dir():
@@ -102,6 +123,9 @@ def claim_output_dir(path: str | os.PathLike, marker: str, settings: dict[str, A
         if not earlier.is_file():
             raise BertkitError(f"{path}: not empty and not a folder this command wrote (no "
                                f"{marker}); choose a new or empty output folder")
+        if overwrite:
+            atomic_write_text(earlier, json.dumps(settings, indent=2) + "\n")
+            return False
         if not resume:
             raise BertkitError(f"{path}: holds an earlier run; pass --resume to continue it or "
                                "choose another output folder")

@@ -369,3 +369,13 @@ def test_bad_tokenizer_config(tmp_path: Path, google_vocab, config: str, message
     (tmp_path / "tokenizer_config.json").write_text(config, encoding="utf-8")
     with pytest.raises(BertkitError, match=message):
         BertTokenizer.from_pretrained(tmp_path)
+
+
+def test_corpus_ids_never_hold_special_ids_for_literal_markers(minilm_path):
+    """Literal "[SEP]" / "[MASK]" in a raw corpus are text (Google's BasicTokenizer splits them
+    as punctuation + word); only user-facing encode keeps them special (fill-mask needs it)."""
+    tok = BertTokenizer.from_pretrained(minilm_path)
+    ids = tok.ids_batch(["a [SEP] b [MASK] c"])[0]
+    assert not set(ids) & {tok.sep_token_id, tok.mask_token_id, tok.cls_token_id}
+    assert tok.convert_ids_to_tokens(ids) == ["a", "[", "sep", "]", "b", "[", "mask", "]", "c"]
+    assert tok.mask_token_id in tok.encode("a [MASK] c").input_ids

@@ -222,3 +222,15 @@ def test_objectives_shape_the_batch(corpus):
     restored = ltr["input_ids"][rows, both["masked_lm_positions"]]  # (B, P)
     real = both["masked_lm_weights"] > 0
     assert torch.equal(restored[real], both["masked_lm_ids"][real])
+
+
+def test_held_out_documents_are_never_trained_on():
+    """The eval split is cut at a chunk start (a chunk holds every duplicate of its documents),
+    the one nearest to the asked hold-out; with no usable start it falls back to the last k."""
+    from bertkit.training.pretrain import document_cut
+
+    starts = [0, 300, 610, 905]  # four chunks of a 1,200-instance data set
+    assert document_cut(starts, 1200, 250) == 905  # 295 held out: whole chunks only
+    assert document_cut(starts, 1200, 600) == 610
+    assert document_cut([0], 1200, 60) is None  # one chunk: nothing clean to cut
+    assert document_cut(starts, 1200, 20) is None  # the last chunk is far larger than asked

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import asdict
 from pathlib import Path
 
 from bertkit.errors import BertkitError
+from bertkit.io import claim_output_dir
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.counting import count_files, expand_inputs, segmentation_stats
 from bertkit.tokenization.trainer import (
@@ -15,6 +17,8 @@ from bertkit.tokenization.trainer import (
     save_vocab,
     train_from_files,
 )
+
+MARKER = "vocab_train.json"  # written first: marks a folder as a `vocab train` output
 
 logger = logging.getLogger(__name__)
 
@@ -33,16 +37,22 @@ def _register_train(commands: argparse._SubParsersAction) -> None:
         description="Learn a WordPiece vocabulary by likelihood (Google's criterion: merge the "
         "pair with the highest count(ab) / (count(a) count(b))) or by frequency (BPE). "
         "Writes vocab.txt and tokenizer_config.json to --output.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="plain text, one-sentence-per-line or JSONL ('text') files; globs allowed")
-    p.add_argument("--output", "-o", type=Path, required=True, metavar="DIR")
+    p.add_argument("--output", "-o", type=Path, required=True, metavar="DIR",
+                   help="a new or empty folder (or an earlier `vocab train` output, with "
+                   "--overwrite); never a model's folder")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the vocabulary of an earlier `vocab train` into --output")
     p.add_argument("--vocab-size", type=int, default=30522,
                    help="final size, special and reserved tokens included (default 30522)")
-    p.add_argument("--criterion", choices=CRITERIA, default="likelihood",
-                   help="likelihood: count(ab) / (count(a) count(b)) (default); frequency: "
-                   "count(ab), i.e. BPE; gain: the exact change of the unigram log-likelihood "
-                   "(slower)")
+    p.add_argument("--criterion", choices=CRITERIA, default="gain",
+                   help="gain: the exact increase of the unigram log-likelihood (default; the "
+                   "best vocabularies measured, docs/benchmarks.md); likelihood: the ratio "
+                   "count(ab) / (count(a) count(b)), which at small sizes leaves common words "
+                   "split; frequency: count(ab), i.e. BPE")
     p.add_argument("--min-frequency", type=int, default=2,
                    help="never merge a pair seen fewer times than this (default 2)")
     p.add_argument("--limit-alphabet", type=int, default=1000,
@@ -84,6 +94,8 @@ def run_train(args: argparse.Namespace) -> int:
     )
     if args.workers < 1:
         raise BertkitError(f"--workers must be >= 1, got {args.workers}")
+    settings = {"files": [str(f) for f in args.files], **asdict(config)}
+    claim_output_dir(args.output, MARKER, settings, overwrite=args.overwrite)
     result = train_from_files(args.files, config, workers=args.workers,
                               progress=not args.no_progress)
     path = save_vocab(result, args.output, config.do_lower_case)

@@ -24,10 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
-
 from bertkit.errors import BertkitError
-from bertkit.io import atomic_path, atomic_write_text
+from bertkit.io import atomic_path, atomic_write_text, progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +120,7 @@ def fetch(url: str, dest: str | os.PathLike, sha256: str | None = None, progress
 
 def _copy(response, tmp: Path, digest, total: int | None, label: str, progress: bool) -> int:
     received = 0
-    with open(tmp, "wb") as out, tqdm(total=total, unit="B", unit_scale=True, desc=label,
+    with open(tmp, "wb") as out, progress_bar(total=total, unit="B", unit_scale=True, desc=label,
                                       disable=not progress, mininterval=0.5) as bar:
         while chunk := response.read(_CHUNK):
             out.write(chunk)

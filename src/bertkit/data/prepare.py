@@ -23,15 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from bertkit.data import shards as shard_io
 from bertkit.data.chunks import ChunkConfig, ChunkStats, chunk_documents, process_chunk
 from bertkit.data.corpus import CorpusStats, read_corpus
 from bertkit.data.masking import VocabInfo
 from bertkit.data.shards import PackedInstances
 from bertkit.errors import BertkitError
-from bertkit.io import atomic_write_text
+from bertkit.io import atomic_write_text, progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +115,13 @@ class _ShardWriter:
         self.before: dict[int, ChunkStats] = {}
 
     def add(self, index: int, packed: PackedInstances, stats: ChunkStats, offset: int) -> None:
+        # Where each chunk's instances start in the whole data set: a chunk holds every
+        # duplicate of its documents, so a held-out split at a chunk start shares no document
+        # with training (training.pretrain.split_eval).
+        written = sum(int(s["instances"]) for s in self.meta["shards"])
+        starts = self.meta.setdefault("chunk_starts", [])
+        del starts[index:]
+        starts.append(written + self.buffered - offset)
         self.before[index] = dataclasses.replace(self.running)
         self.running.add(stats)
         self.last_chunk = index
@@ -246,7 +251,7 @@ def prepare(
     writer = _ShardWriter(out, meta, config.shard_size)
     vocab = VocabInfo.from_tokenizer(tokenizer)
     t0 = time.perf_counter()
-    with tqdm(unit=" docs", disable=not progress, mininterval=1.0, desc="prepare") as bar:
+    with progress_bar(unit=" docs", disable=not progress, mininterval=1.0, desc="prepare") as bar:
         for index, packed, stats in _run_chunks(chunks, tokenizer, vocab, config.chunk, workers):
             writer.add(index, packed, stats, skip if index == start else 0)
             bar.update(stats.documents)

@@ -34,12 +34,14 @@ from typing import Literal
 import numpy as np
 import torch
 from torch import nn
-from tqdm import tqdm
 
+from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.errors import BertkitError
+from bertkit.io import progress_bar
 from bertkit.model import BertModel, PackedLayout
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.windows import context_score, window_starts
+from bertkit.training.runtime import resolve_device
 
 log = logging.getLogger("bertkit")
 
@@ -108,13 +110,14 @@ class Encoder:
             raise BertkitError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         st_length, st_pooling = None, None
         if not isinstance(model, nn.Module):
-            model_dir = Path(model)
+            model_dir = check_model_dir(model)
             st_length, st_pooling = sentence_transformers_settings(model_dir)
             tokenizer = tokenizer or BertTokenizer.from_pretrained(model_dir)
             model = BertModel.from_pretrained(model_dir)
+            check_vocab(model.config, tokenizer.vocab_size, model_dir)
         if tokenizer is None:
             raise BertkitError("Encoder(model) needs tokenizer=... when given a model object")
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.precision = precision
         self.tokenizer = tokenizer
         self.config = model.config
@@ -241,7 +244,7 @@ class Encoder:
         if batch_size < 1:
             raise BertkitError(f"batch_size must be positive, got {batch_size}")
         batches = length_batches([len(p.ids) for p in pieces], batch_size)
-        bar = tqdm(total=len(pieces), disable=not progress, unit="text", desc="encoding")
+        bar = progress_bar(total=len(pieces), disable=not progress, unit="text", desc="encoding")
         with torch.inference_mode(), self._autocast(), bar:
             for index in batches:
                 batch = [pieces[i] for i in index]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task, get_task
@@ -31,8 +32,11 @@ def task_of(model_dir: str | Path, name: str | None, columns: ColumnSpec | None 
 
 
 def load_for(task: Task, model_dir: str | Path):
-    """The fine-tuned model and its tokenizer."""
-    return load_finetuned(task, model_dir), BertTokenizer.from_pretrained(model_dir)
+    """The fine-tuned model and its tokenizer, checked to belong together."""
+    check_model_dir(model_dir)
+    model, tokenizer = load_finetuned(task, model_dir), BertTokenizer.from_pretrained(model_dir)
+    check_vocab(model.config, tokenizer.vocab_size, model_dir)
+    return model, tokenizer
 
 
 def evaluate_model(model_dir: str | Path, task: Task, path: Path, settings: FeatureSettings,

@@ -18,10 +18,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from bertkit.errors import BertkitError
-from bertkit.io import atomic_write_text
+from bertkit.io import atomic_write_text, progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +164,7 @@ def run_model(model: nn.Module, features: Sequence[Feature],
     starts = range(0, len(features), batch_size)
     try:
         with torch.no_grad():
-            for start in tqdm(starts, desc="evaluate", disable=not progress, leave=False):
+            for start in progress_bar(starts, desc="evaluate", disable=not progress, leave=False):
                 batch = collate(features[start:start + batch_size])
                 batch = {k: v.to(device) for k, v in batch.items() if not _is_label(k)}
                 out = model(**batch)

@@ -136,10 +136,10 @@ def count_files(
     The result is the same for any number of workers: counts are added, and addition does not
     care which file finished first.
     """
-    from tqdm import tqdm
+    from bertkit.io import progress_bar
 
     total: Counter[str] = Counter()
-    bar = tqdm(total=len(paths), unit="file", desc="counting words", disable=not progress)
+    bar = progress_bar(total=len(paths), unit="file", desc="counting words", disable=not progress)
     if workers <= 1 or len(paths) <= 1:
         results: Iterable[FileCount] = (count_file(p, do_lower_case) for p in paths)
         for result in results:

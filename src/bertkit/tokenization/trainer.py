@@ -273,11 +273,11 @@ class Merger:
 
     def run(self, budget: int, progress: bool = False) -> tuple[list[tuple[str, str]], list[str]]:
         """Merge until `budget` new pieces exist or no pair qualifies; (merges, new pieces)."""
-        from tqdm import tqdm
+        from bertkit.io import progress_bar
 
         merges: list[tuple[str, str]] = []
         pieces: list[str] = []
-        with tqdm(total=budget, unit="merge", desc="merging", disable=not progress) as bar:
+        with progress_bar(total=budget, unit="merge", desc="merging", disable=not progress) as bar:
             while len(pieces) < budget:
                 key = self.pop_best()
                 if key is None:
@@ -464,9 +464,9 @@ def train_from_texts(
     texts: Iterable[str], config: TrainerConfig, progress: bool = False
 ) -> TrainResult:
     """Learn a vocabulary from an iterable of raw strings (pre-tokenized here, streaming)."""
-    from tqdm import tqdm
+    from bertkit.io import progress_bar
 
-    texts = tqdm(texts, desc="counting words", unit=" texts", disable=not progress)
+    texts = progress_bar(texts, desc="counting words", unit=" texts", disable=not progress)
     return train_from_counts(count_words(texts, config.do_lower_case), config, progress)
 
 

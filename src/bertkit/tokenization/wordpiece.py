@@ -325,10 +325,16 @@ class BertTokenizer:
         return [self._assemble(a, b, limit, add_special_tokens) for a, b in zip(firsts, seconds)]
 
     def ids_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """WordPiece ids of each text, without special tokens or truncation: the fast path for
-        corpora, which need neither offsets nor token strings (half the cost of `encode_batch`)."""
+        """WordPiece ids of each text, no special tokens, no truncation: the fast path for corpora
+        (half the cost of `encode_batch`). A literal "[SEP]" in corpus text becomes `[ sep ]`,
+        as Google's tokenizer reads it, never the special id (which would corrupt instances)."""
         texts = _check_texts(texts, "texts")
-        return [e.ids for e in self._engine.encode_batch(texts, add_special_tokens=False)]
+        self._engine.encode_special_tokens = True
+        try:
+            encoded = self._engine.encode_batch(texts, add_special_tokens=False)
+        finally:
+            self._engine.encode_special_tokens = False
+        return [e.ids for e in encoded]
 
     def encode_padded(
         self,

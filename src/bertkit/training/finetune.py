@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.heads import HEAD_CLASSES
@@ -284,9 +285,11 @@ def run_one(cfg: FinetuneConfig) -> dict[str, Any]:
         log.info("%s: finished earlier, kept", out)
         return json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     settings = cfg.settings(task)
+    check_model_dir(cfg.model_dir)
     tokenizer = BertTokenizer.from_pretrained(cfg.model_dir)
     data = prepare_data(task, cfg, tokenizer, settings)
     model = load_model(task, cfg.model_dir, data.labels, cfg)
+    check_vocab(model.config, tokenizer.vocab_size, cfg.model_dir)
     loop_cfg = dataclasses.replace(train_config(cfg, len(data.train.features)),
                                    resume=bool(list_checkpoints(out)))
     result = train(model, data.train.features, task.collate, loop_cfg,

@@ -28,16 +28,16 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from bertkit.errors import BertkitError
-from bertkit.io import atomic_write_text
+from bertkit.io import atomic_write_text, progress_bar
 from bertkit.training import distributed as dist_utils
 from bertkit.training.optim import OPTIMIZERS, build_optimizer, lr_at, resolve_warmup
 from bertkit.training.runtime import (
     Run,
     StopFlag,
     open_tensorboard,
+    resolve_device,
     restore_run,
     run_state,
     signal_guard,
@@ -127,7 +127,7 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
     run = _prepare(model, dataset, collate, config)
     losses: list[float] = []
     window = _Window()
-    bar = tqdm(total=config.max_steps, initial=run.step, desc="train", unit="step",
+    bar = progress_bar(total=config.max_steps, initial=run.step, desc="train", unit="step",
                disable=not (config.progress and run.main), dynamic_ncols=True)
     last_metrics: dict[str, float] = {}
     with signal_guard() as stop:
@@ -168,7 +168,7 @@ def _prepare(model: nn.Module, dataset, collate, config: TrainConfig) -> Run:
     if n == 0:
         raise BertkitError("the training dataset is empty")
     world, rank = dist_utils.world_size(), dist_utils.rank()
-    device = _resolve_device(config.device)
+    device = resolve_device(config.device)
     micro, accum = batch_plan(config.batch_size, config.micro_batch_size, world)
     _check_output_dir(config, rank == 0)
     _seed_everything(config.seed + rank)
@@ -213,17 +213,6 @@ def batch_plan(batch_size: int, micro_batch_size: int | None, world: int) -> tup
         raise BertkitError(f"micro-batch size {micro} must divide the per-process batch "
                            f"{per_rank} (= batch size {batch_size} / {world} processes)")
     return micro, per_rank // micro
-
-
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 def _check_output_dir(config: TrainConfig, main: bool) -> None:

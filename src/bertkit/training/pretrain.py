@@ -285,15 +285,34 @@ def make_evaluator(dataset, collate_factory: Callable[[], PretrainCollate], batc
 
 
 def split_eval(dataset: ShardDataset, holdout: int | None) -> tuple[Any, Any]:
-    """Hold out the last instances (the last documents of the corpus) for evaluation."""
+    """Hold out the last documents of the corpus for evaluation: about `holdout` instances (default
+    min(2000, 5%)), cut at a chunk start so that no held-out document (nor any of its duplicates
+    from --dupe-factor) is also trained on. Data prepared as a single chunk cannot be cut that
+    way (nor chunks far larger than the hold-out): then the last instances are held out, with a
+    warning that they share documents."""
     n = len(dataset)
     k = min(2000, n // 20) if holdout is None else holdout
     if k >= n:
         raise BertkitError(f"{dataset.path}: eval holdout {k} leaves no training data ({n})")
     if k <= 0:
         return dataset, None
-    return (torch.utils.data.Subset(dataset, range(n - k)),
-            torch.utils.data.Subset(dataset, range(n - k, n)))
+    cut = document_cut(dataset.meta.get("chunk_starts") or [], n, k)
+    if cut is None:
+        log.warning("%s: no chunk boundary near the last %d instances, so the held-out instances "
+                    "share documents with training (optimistic eval figures); pass --eval-data, "
+                    "or prepare with a smaller --chunk-chars", dataset.path, k)
+        cut = n - k
+    return (torch.utils.data.Subset(dataset, range(cut)),
+            torch.utils.data.Subset(dataset, range(cut, n)))
+
+
+def document_cut(chunk_starts: Sequence[int], n: int, k: int) -> int | None:
+    """The chunk start that leaves nearest to `k` of `n` instances held out, if one leaves
+    between k/2 and 3k (else None: the chunks are too coarse for this hold-out)."""
+    candidates = [s for s in chunk_starts if 0 < s < n and k / 2 <= n - s <= 3 * k]
+    if not candidates:
+        return None
+    return min(candidates, key=lambda s: (abs(n - s - k), s))
 
 
 def run_phase(cfg: PretrainConfig, model: BertForPreTraining, data_dir: str, tokenizer,

@@ -177,3 +177,23 @@ def signal_guard() -> Iterator[StopFlag]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def resolve_device(name: str | torch.device) -> torch.device:
+    """"auto" = the current CUDA device when there is one, else the CPU; a device that this
+    machine does not have is a clear error, not a failure deep inside."""
+    if str(name) == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise BertkitError(f"--device {name!r}: not a device name ({err})") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise BertkitError(f"--device {name}: CUDA is not available on this machine "
+                               "(use --device cpu or auto)")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise BertkitError(f"--device {name}: MPS is not available on this machine")
+    return device
