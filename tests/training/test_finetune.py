@@ -20,10 +20,10 @@ from bertkit.training.finetune import (
     load_model,
     run_one,
     run_steps,
-    stream_seed,
     train_config,
 )
 from bertkit.training.grid import pick_run, summarize
+from bertkit.training.runtime import stream_seed
 
 
 @pytest.fixture()
@@ -59,19 +59,21 @@ def test_steps_follow_epochs_and_max_steps_caps_them():
 
 
 def test_head_init_stream_is_independent_of_the_dropout_stream(tiny_dir):
-    """The loop seeds the global stream (dropout) with the run's seed; the head must not be
-    drawn from the same numbers (it was, when both used torch.manual_seed(seed))."""
+    """Head weights, data order and dropout each come from their own stream of the run's seed.
+    Before, the head was drawn after torch.manual_seed(seed) and the loop restarted that same
+    stream for dropout, so the first dropout masks reused the head's random numbers."""
     task = get_task("sst2")
     run = cfg(train=dict(seed=3))
     head = load_model(task, tiny_dir, ["0", "1"], run).classifier.weight.detach().clone()
-    torch.manual_seed(3)  # what the loop does before the first dropout mask
-    same_stream = torch.empty_like(head).normal_(0.0, 0.02)
-    assert not torch.allclose(head, same_stream)
+    for seed in (3, stream_seed(3, "dropout/0")):  # the old shared stream, the loop's dropout
+        torch.manual_seed(seed)
+        assert not torch.allclose(head, torch.empty_like(head).normal_(0.0, 0.02))
     again = load_model(task, tiny_dir, ["0", "1"], run).classifier.weight
     torch.testing.assert_close(again, head)  # the head stream is still seeded by the run
     other = load_model(task, tiny_dir, ["0", "1"], cfg(train=dict(seed=4))).classifier.weight
     assert not torch.allclose(other, head)
-    assert len({stream_seed(3, s) for s in ("head", "data", "dropout")}) == 3
+    seeds = {stream_seed(3, s) for s in ("head", "order/0", "order/1", "dropout/0", "dropout/1")}
+    assert len(seeds) == 5 and 3 not in seeds
 
 
 def test_squad_dev_split_keeps_articles_whole():

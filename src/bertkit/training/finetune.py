@@ -6,15 +6,14 @@ Defaults are the paper's recipe (Devlin et al., 2019, section A.3): AdamW, batch
 model in Hugging Face's layout (with `id2label` / `label2id`), its tokenizer, `metrics.json` and
 the predictions. `bertkit.training.grid` runs a grid of them and picks on the dev metric.
 
-Random streams (each derived from the run's seed, none sharing numbers with another): the new
-head's initial weights (`stream_seed(seed, "head")`), the data order (the loop's generator of
-(seed, epoch)) and dropout (the loop's global stream, saved in every training state).
+Random streams (each derived from the run's seed by `training.runtime.stream_seed`, none
+sharing numbers with another): the new head's initial weights ("head"), the data order (the
+loop's "order/<epoch>") and dropout (the loop's "dropout/<rank>", saved in every training state).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import math
@@ -36,6 +35,7 @@ from bertkit.tasks.base import run_model, split_dev
 from bertkit.tasks.feature_based import load_feature_model
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.loop import TrainConfig, train
+from bertkit.training.runtime import stream_seed
 from bertkit.training.state import list_checkpoints
 
 log = logging.getLogger(__name__)
@@ -106,12 +106,6 @@ class FinetuneConfig:
         train_cfg = dataclasses.replace(self.train, output_dir=str(output_dir), **train_changes)
         return dataclasses.replace(self, train=train_cfg,
                                    epochs=self.epochs if epochs is None else epochs)
-
-
-def stream_seed(seed: int, stream: str) -> int:
-    """A seed for one named random stream of a run, independent of the other streams."""
-    digest = hashlib.sha256(f"{seed}/{stream}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") % 2**63
 
 
 @dataclass

@@ -41,6 +41,7 @@ from bertkit.training.runtime import (
     restore_run,
     run_state,
     signal_guard,
+    stream_seed,
     truncate_metrics,
 )
 from bertkit.training.state import latest_checkpoint, list_checkpoints, save_training_state
@@ -171,7 +172,7 @@ def _prepare(model: nn.Module, dataset, collate, config: TrainConfig) -> Run:
     device = resolve_device(config.device)
     micro, accum = batch_plan(config.batch_size, config.micro_batch_size, world)
     _check_output_dir(config, rank == 0)
-    _seed_everything(config.seed + rank)
+    _seed_everything(stream_seed(config.seed, f"dropout/{rank}"))
     model.to(device)
     model.train()
     optimizer = build_optimizer(model, config.optimizer, config.lr, config.weight_decay,
@@ -229,6 +230,7 @@ def _check_output_dir(config: TrainConfig, main: bool) -> None:
 
 
 def _seed_everything(seed: int) -> None:
+    """The global streams (dropout, and anything else random inside the model)."""
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)

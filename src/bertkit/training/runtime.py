@@ -6,6 +6,7 @@ Kept apart from `loop.py` so the loop itself stays one screen of visible steps.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import signal
@@ -56,7 +57,7 @@ class Run:
         """Dataset index at a global stream position: epoch e is a permutation seeded (seed, e)."""
         epoch, offset = divmod(position, self.n_examples)
         if epoch not in self._perms:
-            gen = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch)
+            gen = torch.Generator().manual_seed(stream_seed(self.config.seed, f"order/{epoch}"))
             self._perms = {epoch: torch.randperm(self.n_examples, generator=gen)}
         return int(self._perms[epoch][offset])
 
@@ -197,3 +198,13 @@ def resolve_device(name: str | torch.device) -> torch.device:
     elif device.type == "mps" and not torch.backends.mps.is_available():
         raise BertkitError(f"--device {name}: MPS is not available on this machine")
     return device
+
+
+def stream_seed(seed: int, stream: str) -> int:
+    """The seed of one named random stream of a run ("order/0", "dropout/0", "head", ...):
+    derived from the run's seed, independent of every other stream. The loop's data order
+    and dropout, and fine-tuning's new head, each draw from their own (Mosbach et al. 2021 and
+    Dodge et al. 2020 show how much fine-tuning depends on these; sharing one stream ties the
+    first dropout masks to the head's initial weights)."""
+    digest = hashlib.sha256(f"{seed}/{stream}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") % 2**63
