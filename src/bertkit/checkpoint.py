@@ -198,9 +198,9 @@ def check_model_dir(model_dir: str | os.PathLike) -> Path:
 
 
 def weight_names(model_dir: str | os.PathLike) -> set[str]:
-    """The HF names of the weights a checkpoint holds (read without loading them)."""
-    return set(read_state_dict(model_dir)) if not (Path(model_dir) / WEIGHTS_NAME).is_file() \
-        else _safetensors_keys(Path(model_dir) / WEIGHTS_NAME)
+    """The HF names of the weights a checkpoint holds (safetensors: read without loading them)."""
+    path = Path(model_dir) / WEIGHTS_NAME
+    return _safetensors_keys(path) if path.is_file() else set(read_state_dict(model_dir))
 
 
 def _safetensors_keys(path: Path) -> set[str]:

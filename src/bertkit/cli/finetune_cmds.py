@@ -9,7 +9,6 @@ import json
 import sys
 from pathlib import Path
 
-from bertkit.checkpoint import check_model_dir
 from bertkit.errors import BertkitError
 from bertkit.inference.finetuned import evaluate_model, predict_examples, task_of
 from bertkit.io import atomic_write_text, check_new_file, claim_output_dir
@@ -164,7 +163,6 @@ def finetune_cmd(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         raise BertkitError(f"--seeds must be >= 1, got {args.seeds}")
     cfg, lrs, epochs = finetune_config(args)
-    check_model_dir(args.model)
     check_data(build_task(cfg), cfg)
     seeds = list(range(args.seed, args.seed + args.seeds))
     if len(lrs) == 1 and len(epochs) == 1 and len(seeds) == 1:
@@ -182,7 +180,6 @@ def _settings(args: argparse.Namespace, task) -> FeatureSettings:
 
 
 def evaluate_cmd(args: argparse.Namespace) -> int:
-    check_model_dir(args.model)
     task = task_of(args.model, args.task, _columns(args))
     if args.file:
         path = Path(args.file)
@@ -201,7 +198,6 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
 
 
 def predict_cmd(args: argparse.Namespace) -> int:
-    check_model_dir(args.model)
     task = task_of(args.model, args.task, _columns(args))
     if args.input:
         examples = read_input(task, Path(args.input))

@@ -19,7 +19,7 @@ from bertkit.training.finetune import TASK_KEY, Split, evaluate_splits, load_spl
 def task_of(model_dir: str | Path, name: str | None, columns: ColumnSpec | None = None) -> Task:
     """The task a model was fine-tuned on (config.json's `bertkit_task`) unless `name` is given;
     a `name` whose head differs from the model's task is refused (it would answer nonsense)."""
-    extra = BertConfig.load(model_dir).extra
+    extra = BertConfig.load(check_model_dir(model_dir)).extra
     saved = extra.get(TASK_KEY)
     if name is None and saved is None:
         raise BertkitError(f"{model_dir}: config.json does not name the task it was fine-tuned "

@@ -78,14 +78,15 @@ def prepare_shards(corpus: Sequence[str | os.PathLike], tokenizer, out_dir: str 
 EVAL_POINTS = 4  # held-out evaluations during a pre-training run, for the curves
 
 
-def pretrain_settings(recipe: PretrainConfig, config: BertConfig, shards: str | os.PathLike,
-                      tokenizer_dir: str | os.PathLike, out: Path, steps: int) -> PretrainConfig:
+def pretrain_settings(recipe: PretrainConfig, shards: str | os.PathLike,
+                      tokenizer_dir: str | os.PathLike, out: Path, steps: int,
+                      resume: bool) -> PretrainConfig:
     """The recipe completed for one run: data, architecture file, folder, step budget.
     Held-out evaluations cost ~5 forward passes each; a short run evaluates only at its end."""
     every = max(1, steps // EVAL_POINTS) if steps >= 200 else 0
     train_cfg = dataclasses.replace(
         recipe.train, output_dir=str(out), max_steps=steps, eval_every=every, save_every=every,
-        keep=1, log_every=max(1, min(10, steps // 50)))
+        keep=1, log_every=max(1, min(10, steps // 50)), resume=resume)
     return dataclasses.replace(recipe, data=str(shards), train=train_cfg, model=None, init=None,
                                config_file=str(architecture_file(out)),
                                tokenizer=str(tokenizer_dir), eval_batches=5)
@@ -142,8 +143,7 @@ def pretrain_model(recipe: PretrainConfig, config: BertConfig, steps: int,
     resume = _has_checkpoint(out)
     if not resume:  # a killed run without a checkpoint starts over
         shutil.rmtree(out, ignore_errors=True)
-    cfg = pretrain_settings(recipe, config, shards, tokenizer_dir, out, steps)
-    cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, resume=resume))
+    cfg = pretrain_settings(recipe, shards, tokenizer_dir, out, steps, resume)
     config.save(architecture_file(out))
     run_pretraining(cfg)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)  # the export is what is kept

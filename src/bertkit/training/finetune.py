@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 from bertkit.checkpoint import check_model_dir, check_vocab
-from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.heads import HEAD_CLASSES
 from bertkit.io import atomic_write_text, claim_output_dir
@@ -273,13 +272,13 @@ def run_one(cfg: FinetuneConfig) -> dict[str, Any]:
     """Fine-tune once with cfg's lr / epochs / seed; returns (and writes) metrics.json."""
     out = Path(cfg.output_dir)
     task = build_task(cfg)
+    check_model_dir(cfg.model_dir)  # before the output folder is claimed
     resumed = claim_output_dir(out, RUN_MARKER, run_settings(cfg), cfg.train.resume,
                                inputs=[cfg.model_dir])
     if resumed and (out / "metrics.json").is_file():
         log.info("%s: finished earlier, kept", out)
         return json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     settings = cfg.settings(task)
-    check_model_dir(cfg.model_dir)
     tokenizer = BertTokenizer.from_pretrained(cfg.model_dir)
     data = prepare_data(task, cfg, tokenizer, settings)
     model = load_model(task, cfg.model_dir, data.labels, cfg)
@@ -329,11 +328,6 @@ def save_release(task: Task, model: nn.Module, tokenizer: BertTokenizer, out: Pa
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
-
-
-def saved_task(model_dir: str | Path) -> str | None:
-    """The task a fine-tuned model names in its config.json, if any."""
-    return BertConfig.load(model_dir).extra.get(TASK_KEY)
 
 
 def run_settings(cfg: FinetuneConfig) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.checkpoint import check_model_dir
 from bertkit.io import atomic_path, claim_output_dir
 from bertkit.metrics import mean_std
 from bertkit.training.finetune import (
@@ -44,6 +45,7 @@ def run_grid(base: FinetuneConfig, lrs: list[float], epochs: list[float],
     """Fine-tune every (lr, epochs, seed); see the module docstring."""
     out = Path(base.output_dir)
     task = build_task(base)
+    check_model_dir(base.model_dir)
     check_data(task, base)
     grid_settings = {**run_settings(base), "grid": {"lr": lrs, "epochs": epochs, "seeds": seeds}}
     claim_output_dir(out, RUN_MARKER, grid_settings, base.train.resume, inputs=[base.model_dir])
