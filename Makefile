@@ -12,6 +12,8 @@ $(STAMP): pyproject.toml
 	# torch first, pinned: an unpinned torch pulls several GB of CUDA wheels.
 	$(BIN)/python -m pip install "torch==2.13.0"
 	$(BIN)/python -m pip install -e ".[test]"
+	# the explorer page's browser test (tests/serve) drives Debian's headless Chromium
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium chromium-driver)
 	touch $(STAMP)
 
 setup: $(STAMP)
