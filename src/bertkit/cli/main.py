@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "bertkit.cli.vocab_cmds",
     "bertkit.cli.ablate_cmds",
     "bertkit.cli.demo_cmds",
+    "bertkit.cli.serve_cmds",
 ]
 
 

@@ -1,0 +1,88 @@
+"""`/predict`: a fine-tuned model's answers with their scores.
+
+The task does the work it does for `bertkit predict` (records -> examples -> features -> forward
+-> decode, `Task.output_record`); here each record also gets what a person wants to *see*: the
+probability of every label, the entity spans with their character offsets, the answer's span in
+the passage, the probability of every ending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from bertkit.metrics import entity_spans
+from bertkit.serve.models import ServedModel
+from bertkit.tasks import FeatureSettings
+from bertkit.tasks.base import run_model
+
+
+def settings_for(model: ServedModel) -> FeatureSettings:
+    length = min(model.task.max_seq_length, model.config.max_position_embeddings)
+    return FeatureSettings(max_seq_length=length, doc_stride=min(128, length // 2))
+
+
+def predict(model: ServedModel, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One output per record (`{"text": ...}`, `{"words": [...]}`, `{"question", "context"}`,
+    `{"context", "endings"}` as the task reads them)."""
+    model.require("task", "predict")
+    task, settings = model.task, settings_for(model)
+    examples = [task.example_from_record(str(r.get("id", i)), r, f"input {i}")
+                for i, r in enumerate(records)]
+    features = task.featurize(examples, model.tokenizer, settings, model.config.label2id,
+                              train=False)
+    outputs = run_model(model.head, features, task.collate, task.output_keys, batch_size=32)
+    predictions = task.decode(examples, features, outputs, model.config.id2label, settings)
+    final = task.final_predictions(predictions, {})
+    results = [task.output_record(e, final[e.guid]) for e in examples]
+    head = type(model.head).__name__
+    if head == "BertForSequenceClassification" and not task.regression:
+        add_label_scores(model, results, features, outputs["logits"])
+    elif head == "BertForMultipleChoice":
+        for f, logits in zip(features, outputs["logits"]):
+            results[f["example_index"]]["probabilities"] = rounded(logits.softmax(-1))
+    elif head == "BertForTokenClassification":
+        for record, result in zip(records, results):
+            result["entities"] = entities(result["words"], result["tags"], record.get("text"))
+    elif head == "BertForQuestionAnswering":
+        for e, result in zip(examples, results):
+            add_answer_span(result, e.context, final[e.guid])
+    return results
+
+
+def rounded(probs: torch.Tensor) -> list[float]:
+    return [round(float(p), 6) for p in probs]
+
+
+def add_label_scores(model: ServedModel, results: list[dict[str, Any]], features, logits) -> None:
+    id2label = model.config.id2label
+    for f, row in zip(features, logits):
+        probs = rounded(row.softmax(-1))
+        results[f["example_index"]]["scores"] = {id2label[i]: p for i, p in enumerate(probs)}
+
+
+def entities(words: list[str], tags: list[str], text: str | None) -> list[dict[str, Any]]:
+    """Entity chunks (conlleval's reading of the tags) with their words and, when the input was
+    a text, character offsets into it."""
+    starts, pos = [], 0
+    for w in words:
+        found = text.find(w, pos) if text is not None else -1
+        starts.append(found)
+        pos = found + len(w) if found >= 0 else pos
+    out = []
+    for type_, first, last in entity_spans(tags):
+        span: dict[str, Any] = {"type": type_, "first_word": first, "last_word": last,
+                                "text": " ".join(words[first:last + 1])}
+        if starts[first] >= 0 and starts[last] >= 0:
+            span["start"], span["end"] = starts[first], starts[last] + len(words[last])
+        out.append(span)
+    return out
+
+
+def add_answer_span(result: dict[str, Any], context: str, prediction: dict[str, Any]) -> None:
+    """The answer's character span in the passage (its first occurrence; null: no answer)."""
+    text = prediction["text"]
+    start = context.find(text) if text else -1
+    result["span"] = {"start": start, "end": start + len(text)} if start >= 0 else None

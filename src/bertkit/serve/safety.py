@@ -1,0 +1,93 @@
+"""The server's limits: body size, texts per request, tokens per text (413 with a clear message).
+
+A model server is a target: without limits one request with a million texts or a 100 MB body
+holds the forward thread (and the memory) for everyone. The body limit is an ASGI middleware so
+an oversized body is refused before it is read into memory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bertkit.errors import BertkitError
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 1_000_000
+    max_texts: int = 64  # texts (or records) in one request
+    max_tokens: int = 512  # WordPieces per text, [CLS]/[SEP] included, before truncation
+    attention_tokens: int = 128  # tokens of a text shown as attention maps / layer vectors
+
+    def __post_init__(self) -> None:
+        if min(self.max_body_bytes, self.max_texts, self.max_tokens, self.attention_tokens) < 1:
+            raise BertkitError("serve limits must all be positive")
+
+
+class TooLarge(BertkitError):
+    """A request over one of the limits (HTTP 413)."""
+
+
+def check_count(n: int, limit: int, what: str) -> None:
+    if n > limit:
+        raise TooLarge(f"{n} {what} in one request; the limit is {limit} (send them in parts)")
+
+
+def check_tokens(counts: Sequence[int], limit: int, purpose: str = "") -> None:
+    for i, n in enumerate(counts):
+        if n > limit:
+            where = f"text {i}" if len(counts) > 1 else "the text"
+            raise TooLarge(f"{where} has {n} tokens; the limit is {limit} per text"
+                           f"{' ' + purpose if purpose else ''}")
+
+
+class BodyLimit:
+    """Refuse request bodies over `limit` bytes with 413: by Content-Length when sent, else
+    while the body streams in."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            return await self.refuse(send, int(length) if length.isdigit() else None)
+        received = 0
+        started = False
+
+        async def counted_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise _Overflow
+            return message
+
+        async def tracked_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, tracked_send)
+        except _Overflow:
+            if not started:
+                await self.refuse(send, None)
+
+    async def refuse(self, send, length: int | None) -> None:
+        size = f"{length} bytes" if length is not None else "the request body"
+        body = json.dumps({"detail": f"{size} is over the limit of {self.limit} bytes per "
+                           "request"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _Overflow(Exception):
+    pass
