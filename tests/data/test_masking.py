@@ -26,10 +26,34 @@ def _sequence(n_words: int, rng: np.random.Generator) -> np.ndarray:
 
 def test_vocab_info_marks_specials_and_pieces(vocab):
     assert vocab.mask_token_id == 4
-    assert vocab.is_special[:5].all() and not vocab.is_special[5:].any()
+    # [UNK] (id 1) is an ordinary token by default, as in Google's script.
+    assert vocab.is_special[[0, 2, 3, 4]].all() and not vocab.is_special[5:].any()
+    assert not vocab.is_special[1]
     assert vocab.is_continuation[len(SPECIALS) + WORDS.index("##believ")]
     assert not vocab.is_continuation[len(SPECIALS) + WORDS.index("un")]
-    assert set(vocab.replacement_ids.tolist()).isdisjoint(range(5))
+    assert set(vocab.replacement_ids.tolist()).isdisjoint({0, 2, 3, 4})
+    assert 1 in vocab.replacement_ids
+
+
+def test_unk_is_masked_at_the_rate_of_any_token_unless_special(vocab):
+    """Google treats [UNK] as an ordinary token: chosen at the same 15% rate as the others,
+    predicted (its label is [UNK]) and drawn as a random replacement; `mask_unk=False` never."""
+    rng = np.random.default_rng(5)
+    body = rng.integers(5, 55, size=(400, 60))
+    body[:, ::4] = 1  # a quarter of the tokens are [UNK]
+    ids = np.concatenate([np.full((400, 1), 2), body, np.full((400, 1), 3)], axis=1)
+    lengths = np.full(400, ids.shape[1])
+    m = mask_batch(ids, lengths, vocab, rng, max_predictions=60)
+    chosen = [ids[b, m.positions[b, :m.counts[b]]] for b in range(400)]
+    unk_share = np.mean(np.concatenate(chosen) == 1)
+    assert unk_share == pytest.approx(0.25, abs=0.02)  # its share of the eligible tokens
+    changed = m.input_ids != ids
+    assert (m.input_ids[changed] == 1).sum() > 0  # drawn as a random replacement
+    tokens = SPECIALS + WORDS + [f"w{i}" for i in range(40)]
+    strict = VocabInfo.from_vocab({t: i for i, t in enumerate(tokens)}, mask_unk=False)
+    m = mask_batch(ids, lengths, strict, rng, max_predictions=60)
+    assert not any((ids[b, m.positions[b, :m.counts[b]]] == 1).any() for b in range(400))
+    assert 1 not in strict.replacement_ids
 
 
 @pytest.mark.parametrize(("n", "expected"), [(0, 0), (1, 1), (3, 1), (10, 2), (100, 15),

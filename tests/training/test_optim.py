@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy as copy_module
 import math
 
 import pytest
@@ -156,3 +157,72 @@ def test_warmup_ratio_overrides_steps_and_is_validated():
         resolve_warmup(1000, 0, 1.5)
     with pytest.raises(BertkitError, match="unknown optimizer"):
         build_optimizer(Toy(), "sgd", 0.1, 0.0, (0.9, 0.999), 1e-6, torch.device("cpu"))
+
+
+def hand_google_adamw(w, grads, lr, wd, b1=0.9, b2=0.999, eps=1e-6):
+    """Google's AdamWeightDecayOptimizer, by hand: no bias correction,
+    w <- w - lr * (m / (sqrt(v) + eps) + wd * w)."""
+    w = list(w)
+    m = [0.0] * len(w)
+    v = [0.0] * len(w)
+    for g in grads:
+        for i in range(len(w)):
+            m[i] = b1 * m[i] + (1 - b1) * g[i]
+            v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i]
+            w[i] = w[i] - lr * (m[i] / (math.sqrt(v[i]) + eps) + wd * w[i])
+    return w
+
+
+def test_google_adamw_matches_hand_computed_update_without_bias_correction():
+    lr, wd = 0.1, 0.2
+    model = run_toy("adamw_google", lr, wd)
+    w0, b0 = Toy().weight.flatten().tolist(), Toy().bias.tolist()
+    want_w = hand_google_adamw(w0, [g.flatten().tolist() for g, _ in GRADS], lr, wd)
+    want_b = hand_google_adamw(b0, [b.tolist() for _, b in GRADS], lr, 0.0)  # bias: no decay
+    assert model.weight.flatten().tolist() == pytest.approx(want_w, rel=1e-5, abs=1e-6)
+    assert model.bias.tolist() == pytest.approx(want_b, rel=1e-5, abs=1e-6)
+
+
+def test_google_adamw_first_step_is_3_16_times_torch_adamw():
+    """At step 1 the uncorrected direction is (1 - b1) / sqrt(1 - b2) = 3.162x the corrected."""
+    moves = {}
+    for name in ("adamw", "adamw_google"):
+        model = Toy()
+        opt = build_optimizer(model, name, 1e-3, 0.0, (0.9, 0.999), 1e-12, torch.device("cpu"))
+        model.weight.grad, model.bias.grad = GRADS[0][0].clone(), GRADS[0][1].clone()
+        opt.step()
+        moves[name] = Toy().bias - model.bias.detach()
+    ratio = moves["adamw_google"] / moves["adamw"]
+    want = torch.full_like(ratio, 0.1 / math.sqrt(0.001))
+    torch.testing.assert_close(ratio, want, rtol=1e-4, atol=0)
+
+
+def test_google_adamw_state_resumes_exactly():
+    model = Toy()
+    opt = build_optimizer(model, "adamw_google", 0.1, 0.2, (0.9, 0.999), 1e-6, torch.device("cpu"))
+    model.weight.grad, model.bias.grad = GRADS[0][0].clone(), GRADS[0][1].clone()
+    opt.step()
+    copy = Toy()
+    copy.load_state_dict(model.state_dict())
+    opt2 = build_optimizer(copy, "adamw_google", 0.1, 0.2, (0.9, 0.999), 1e-6, torch.device("cpu"))
+    opt2.load_state_dict(copy_module.deepcopy(opt.state_dict()))  # as saved and loaded
+    for m, o in ((model, opt), (copy, opt2)):
+        m.weight.grad, m.bias.grad = GRADS[1][0].clone(), GRADS[1][1].clone()
+        o.step()
+    torch.testing.assert_close(copy.weight, model.weight, rtol=0, atol=0)
+
+
+def test_google_schedule_decays_from_step_0_and_warmup_overrides_it():
+    kw = {"peak_lr": 1e-4, "warmup_steps": 10, "max_steps": 100, "schedule": "google"}
+    assert lr_at(0, **kw) == 0.0
+    assert lr_at(5, **kw) == pytest.approx(5e-5)  # warmup: the same as "linear"
+    assert lr_at(10, **kw) == pytest.approx(0.9e-4)  # (1 - W/T) * peak, not the peak
+    assert lr_at(55, **kw) == pytest.approx(0.45e-4)
+    assert lr_at(100, **kw) == 0.0
+    assert lr_at(10, **{**kw, "schedule": "linear"}) == pytest.approx(1e-4)
+    mean = {s: sum(lr_at(t, **{**kw, "schedule": s}) for t in range(100)) / 100 / 1e-4
+            for s in ("linear", "google")}
+    assert mean["linear"] == pytest.approx(0.5, abs=0.01)
+    assert mean["google"] == pytest.approx(0.455, abs=0.01)
+    with pytest.raises(ValueError, match="schedule"):
+        lr_at(1, **{**kw, "schedule": "cosine"})

@@ -16,6 +16,7 @@ from bertkit.tasks import ColumnSpec, FeatureSettings
 from bertkit.tasks.inputs import from_records, read_input
 from bertkit.training.finetune import FinetuneConfig, build_task, check_data, finetune_train_config, run_one
 from bertkit.training.grid import run_grid
+from bertkit.training.optim import OPTIMIZERS, SCHEDULES
 
 TASK_HELP = ("cola sst2 mrpc stsb qqp mnli qnli rte wnli squad1 squad2 conll2003 swag custom")
 
@@ -49,6 +50,11 @@ def _add_finetune(subparsers) -> None:
     p.add_argument("--micro-batch-size", type=int, default=None)
     p.add_argument("--warmup-ratio", type=float, default=FT.train.warmup_ratio)
     p.add_argument("--weight-decay", type=float, default=FT.train.weight_decay)
+    p.add_argument("--optimizer", default=FT.train.optimizer, choices=OPTIMIZERS,
+                   help="adamw_google: Google's AdamWeightDecayOptimizer (no bias correction)")
+    p.add_argument("--schedule", default=FT.train.schedule, choices=SCHEDULES,
+                   help="linear: warm up to the peak, then decay (HF); google: decay from step 0, "
+                   "warmup overriding it (Google's optimization.py)")
     p.add_argument("--train-file", default=None, help="use this training file instead")
     p.add_argument("--dev-file", default=None, help="use this dev file instead")
     p.add_argument("--split-dev", type=float, default=None, metavar="F",
@@ -143,7 +149,8 @@ def finetune_config(args: argparse.Namespace) -> tuple[FinetuneConfig, list[floa
         args.output, lr=lrs[0], seed=args.seed, batch_size=args.batch_size,
         max_steps=args.max_steps, micro_batch_size=args.micro_batch_size,
         warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
-        precision=args.precision, device=args.device, eval_every=args.eval_every,
+        optimizer=args.optimizer, schedule=args.schedule, precision=args.precision,
+        device=args.device, eval_every=args.eval_every,
         resume=args.resume, progress=not args.no_progress)
     for lr in lrs[1:]:
         dataclasses.replace(train, lr=lr)  # each grid value is validated before any work

@@ -32,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-predictions-per-seq", type=int, default=None,
                    help="cap on masked positions (default ceil(max_seq_length * masked_lm_prob))")
     p.add_argument("--whole-word-mask", action="store_true", help="mask whole words (Google WWM)")
+    p.add_argument("--no-mask-unk", dest="mask_unk", action="store_false",
+                   help="treat [UNK] as special: never masked, predicted or drawn as a random "
+                   "replacement (default: an ordinary token, as in Google's script)")
     p.add_argument("--dynamic-masking", action="store_true",
                    help="store unmasked instances; mask at batch time (DynamicMaskingCollate)")
     p.add_argument("--seed", type=int, default=12345)
@@ -54,7 +57,7 @@ def config_from_args(args: argparse.Namespace) -> PrepareConfig:
         max_pred = default_max_predictions(args.max_seq_length, args.masked_lm_prob)
     instance = InstanceConfig(args.max_seq_length, args.short_seq_prob, args.objective)
     chunk = ChunkConfig(instance, dupe, args.masked_lm_prob, max_pred, args.whole_word_mask,
-                        args.dynamic_masking, args.seed)
+                        args.dynamic_masking, args.seed, args.mask_unk)
     return PrepareConfig(chunk, args.format, args.shard_size, args.chunk_chars)
 
 

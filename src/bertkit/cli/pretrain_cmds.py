@@ -12,7 +12,7 @@ from bertkit.inference.pretraining import fill_mask, is_next_probability, load_p
 from bertkit.studies.report import plot_run
 from bertkit.training import distributed
 from bertkit.training.loop import PRECISIONS
-from bertkit.training.optim import OPTIMIZERS
+from bertkit.training.optim import OPTIMIZERS, SCHEDULES
 from bertkit.training.pretrain import OBJECTIVES, PretrainConfig, pretrain_train_config, run_pretraining
 
 PT = PretrainConfig(data="")  # the defaults, defined once in the library
@@ -67,7 +67,11 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
                    help="capped at 10%% of --max-steps when it is not shorter than the run")
     p.add_argument("--warmup-ratio", type=float, help="fraction of --max-steps (overrides steps)")
     p.add_argument("--weight-decay", type=float, default=T.weight_decay)
-    p.add_argument("--optimizer", default=T.optimizer, choices=OPTIMIZERS)
+    p.add_argument("--optimizer", default=T.optimizer, choices=OPTIMIZERS,
+                   help="adamw_google: Google's AdamWeightDecayOptimizer (no bias correction)")
+    p.add_argument("--schedule", default=T.schedule, choices=SCHEDULES,
+                   help="linear: warm up to the peak, then decay (HF); google: decay from step 0, "
+                   "warmup overriding it (Google's optimization.py)")
     p.add_argument("--max-grad-norm", type=float, default=T.max_grad_norm)
     p.add_argument("--precision", default=T.precision, choices=PRECISIONS)
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
@@ -99,7 +103,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
             args.output, max_steps=args.max_steps, batch_size=args.batch_size,
             micro_batch_size=args.micro_batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
             warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
-            optimizer=args.optimizer, max_grad_norm=args.max_grad_norm,
+            optimizer=args.optimizer, schedule=args.schedule, max_grad_norm=args.max_grad_norm,
             precision=args.precision, seed=args.seed, log_every=args.log_every,
             eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,
             device=args.device, compile=args.compile, resume=args.resume,

@@ -42,6 +42,7 @@ class ChunkConfig:
     whole_word_mask: bool = False
     dynamic_masking: bool = False
     seed: int = 12345
+    mask_unk: bool = True  # [UNK] maskable like any token (Google's); False: treated as special
 
 
 @dataclass

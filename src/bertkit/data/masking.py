@@ -10,9 +10,12 @@ pieces are chosen (or skipped) together.
 Two deliberate differences from Google's script, both stated in docs/benchmarks.md:
 n counts only the non-special tokens (Google counts [CLS]/[SEP] too: 19 of the 125 eligible
 tokens at length 128, 15.2%), and the random replacement is never a special token (Google's may
-be [CLS], [SEP], [PAD] or [MASK]). Selection is vectorized over a padded batch: without WWM a
-uniform sample of k eligible positions per row, which is the distribution of Google's
-shuffle-then-take."""
+be [CLS], [SEP], [PAD] or [MASK]). [UNK] is an ordinary token here by default, as in Google's
+script (maskable, predicted, drawn as a random replacement); `mask_unk=False` makes it special
+(never chosen nor drawn), bertkit's behaviour before; docs/results.md measures the choice.
+
+Selection is vectorized over a padded batch: without WWM a uniform sample of k eligible
+positions per row, which is the distribution of Google's shuffle-then-take."""
 
 from __future__ import annotations
 
@@ -25,13 +28,15 @@ import numpy as np
 from bertkit.errors import BertkitError
 
 DEFAULT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+UNK_TOKEN = "[UNK]"
 
 
 @dataclass(frozen=True, eq=False)
 class VocabInfo:
     """What masking needs to know about a vocabulary (picklable, cheap to ship to workers).
 
-    `is_special[id]` marks tokens that are never selected nor used as random replacements;
+    `is_special[id]` marks tokens that are never selected nor used as random replacements
+    ([PAD] [CLS] [SEP] [MASK], and [UNK] unless `mask_unk`);
     `is_continuation[id]` marks `##` word pieces (used by whole-word masking)."""
 
     mask_token_id: int
@@ -53,8 +58,10 @@ class VocabInfo:
         vocab: Mapping[str, int],
         mask_token: str = "[MASK]",
         special_tokens: Iterable[str] = DEFAULT_SPECIAL_TOKENS,
+        mask_unk: bool = True,
     ) -> VocabInfo:
-        """Build from a token -> id mapping (e.g. a tokenizer's `vocab`)."""
+        """Build from a token -> id mapping (e.g. a tokenizer's `vocab`). With `mask_unk` (Google's
+        behaviour) [UNK] is an ordinary token even when `special_tokens` names it."""
         if mask_token not in vocab:
             raise BertkitError(f"vocabulary has no mask token {mask_token!r}")
         size = max(vocab.values()) + 1
@@ -66,14 +73,17 @@ class VocabInfo:
             if token in vocab:
                 is_special[vocab[token]] = True
         is_special[vocab[mask_token]] = True
+        if mask_unk and UNK_TOKEN in vocab:
+            is_special[vocab[UNK_TOKEN]] = False
         return cls(int(vocab[mask_token]), is_special, is_continuation)
 
     @classmethod
-    def from_tokenizer(cls, tokenizer) -> VocabInfo:
+    def from_tokenizer(cls, tokenizer, mask_unk: bool = True) -> VocabInfo:
         """Build from a `bertkit.tokenization.BertTokenizer` (its vocab and special token ids)."""
-        info = cls.from_vocab(tokenizer.vocab)
+        info = cls.from_vocab(tokenizer.vocab, mask_unk=mask_unk)
+        unk = tokenizer.vocab.get(UNK_TOKEN) if mask_unk else None
         for idx in getattr(tokenizer, "special_token_ids", ()):
-            info.is_special[int(idx)] = True
+            info.is_special[int(idx)] = int(idx) != unk
         return info
 
 

@@ -249,7 +249,7 @@ def prepare(
     chunks = ((i, c) for i, c in enumerate(chunk_documents(documents, config.chunk_chars))
               if i >= start)
     writer = _ShardWriter(out, meta, config.shard_size)
-    vocab = VocabInfo.from_tokenizer(tokenizer)
+    vocab = VocabInfo.from_tokenizer(tokenizer, mask_unk=config.chunk.mask_unk)
     t0 = time.perf_counter()
     with progress_bar(unit=" docs", disable=not progress, mininterval=1.0, desc="prepare") as bar:
         for index, packed, stats in _run_chunks(chunks, tokenizer, vocab, config.chunk, workers):

@@ -32,7 +32,7 @@ from torch import nn
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text, progress_bar
 from bertkit.training import distributed as dist_utils
-from bertkit.training.optim import OPTIMIZERS, build_optimizer, lr_at, resolve_warmup
+from bertkit.training.optim import OPTIMIZERS, SCHEDULES, build_optimizer, lr_at, resolve_warmup
 from bertkit.training.runtime import (
     Run,
     StopFlag,
@@ -63,7 +63,8 @@ class TrainConfig:
     warmup_steps: int = 0
     warmup_ratio: float | None = None  # overrides warmup_steps when set
     weight_decay: float = 0.01
-    optimizer: str = "adamw"  # "adamw" | "lamb"
+    optimizer: str = "adamw"  # "adamw" | "adamw_google" (no bias correction) | "lamb"
+    schedule: str = "linear"  # "linear" (warmup to the peak, then decay) | "google" (optim.lr_at)
     adam_betas: tuple[float, float] = (0.9, 0.999)
     adam_eps: float = 1e-6
     max_grad_norm: float = 1.0  # <= 0: no clipping (the norm is still logged)
@@ -90,6 +91,8 @@ class TrainConfig:
             raise BertkitError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.optimizer not in OPTIMIZERS:
             raise BertkitError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.schedule not in SCHEDULES:
+            raise BertkitError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise BertkitError(f"lr must be a finite number > 0, got {self.lr}")
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
@@ -260,7 +263,8 @@ def _count_tokens(batch: dict[str, Any]) -> Any:
 def _train_step(run: Run, dataset, collate, step_metrics, stop: StopFlag) -> dict[str, Any]:
     """One optimizer step over `accum` micro-batches; returns all-rank averaged statistics."""
     cfg = run.config
-    lr = lr_at(run.step, peak_lr=cfg.lr, warmup_steps=run.warmup, max_steps=cfg.max_steps)
+    lr = lr_at(run.step, peak_lr=cfg.lr, warmup_steps=run.warmup, max_steps=cfg.max_steps,
+               schedule=cfg.schedule)
     for group in run.optimizer.param_groups:
         group["lr"] = lr
     indices = global_batch_indices(run)

@@ -2,9 +2,12 @@
 
 - `param_groups`: weight decay on matrices only; biases and LayerNorm parameters are excluded,
   as in Google's `AdamWeightDecayOptimizer` (`exclude_from_weight_decay=["LayerNorm", "bias"]`).
-- `build_optimizer`: PyTorch's AdamW (decoupled decay; the fused kernel where the device has one)
-  or `Lamb` (You et al. 2020, layer-wise trust ratio) for large batches.
-- `lr_at`: a pure function of the step: linear warmup from 0, then linear decay to 0.
+- `build_optimizer`: PyTorch's AdamW (decoupled decay; the fused kernel where the device has one),
+  `AdamWeightDecay` (Google's optimizer: the same without Adam's bias correction) or `Lamb`
+  (You et al. 2020, layer-wise trust ratio) for large batches.
+- `lr_at`: a pure function of the step, in one of two shapes (`SCHEDULES`): "linear" (HF's:
+  warm up to the peak, then decay to 0) or "google" (Google's optimization.py: decay from step 0,
+  warmup overriding it). docs/results.md measures both choices.
 """
 
 from __future__ import annotations
@@ -19,18 +22,27 @@ from bertkit.errors import BertkitError
 
 log = logging.getLogger(__name__)
 
-OPTIMIZERS = ("adamw", "lamb")
+OPTIMIZERS = ("adamw", "adamw_google", "lamb")
+SCHEDULES = ("linear", "google")
 
 
-def lr_at(step: int, *, peak_lr: float, warmup_steps: int, max_steps: int) -> float:
+def lr_at(step: int, *, peak_lr: float, warmup_steps: int, max_steps: int,
+          schedule: str = "linear") -> float:
     """Learning rate for the update that takes the model from `step` to `step + 1` (0-based).
 
-    Linear warmup `peak * step / warmup` for `step < warmup`, then linear decay reaching 0 at
-    `max_steps` (the same curve as HF's `get_linear_schedule_with_warmup`)."""
+    Both shapes warm up linearly, `peak * step / warmup` for `step < warmup`. After it, "linear"
+    decays from the full peak to 0 at `max_steps` (HF's `get_linear_schedule_with_warmup`);
+    "google" is `peak * (1 - step / max_steps)`, the decay Google starts at step 0 and the warmup
+    only hides (its `polynomial_decay` + `is_warmup` blend): the rate jumps down to
+    `(1 - W/T) * peak` when warmup ends, a mean rate of 0.455 peak instead of 0.5 at W = T/10."""
     if step < 0:
         raise ValueError(f"lr_at: step must be >= 0, got {step}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"lr_at: schedule must be one of {SCHEDULES}, got {schedule!r}")
     if warmup_steps > 0 and step < warmup_steps:
         return peak_lr * step / warmup_steps
+    if schedule == "google":
+        return peak_lr * max(0.0, 1.0 - step / max(1, max_steps))
     decay_steps = max(1, max_steps - warmup_steps)
     return peak_lr * max(0.0, (max_steps - step) / decay_steps)
 
@@ -114,6 +126,44 @@ class Lamb(torch.optim.Optimizer):
         p.add_(update.to(p.dtype), alpha=-group["lr"] * trust)
 
 
+class AdamWeightDecay(torch.optim.Optimizer):
+    """Google's `AdamWeightDecayOptimizer` (bert/optimization.py): Adam *without* bias correction
+    plus decoupled weight decay, `w <- w - lr * (m / (sqrt(v) + eps) + wd * w)`.
+
+    Without the correction the first steps are larger than torch's AdamW: `m / sqrt(v)` is
+    `(1 - b1) / sqrt(1 - b2)` = 3.16x the corrected value at step 1, 6.5x at step 10, 1.26x at
+    step 1,000 (b1 = 0.9, b2 = 0.999); the warmup is what keeps this harmless."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.0):
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: D102 - torch's signature
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            for p in params:
+                if not self.state[p]:
+                    self.state[p]["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    self.state[p]["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            m = [self.state[p]["exp_avg"] for p in params]
+            v = [self.state[p]["exp_avg_sq"] for p in params]
+            grads = [p.grad for p in params]
+            beta1, beta2 = group["betas"]
+            torch._foreach_lerp_(m, grads, 1 - beta1)  # m = b1 m + (1 - b1) g
+            torch._foreach_mul_(v, beta2)
+            torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)  # v = b2 v + (1 - b2) g²
+            update = torch._foreach_div(m, torch._foreach_add(torch._foreach_sqrt(v), group["eps"]))
+            if group["weight_decay"] != 0:
+                torch._foreach_add_(update, params, alpha=group["weight_decay"])
+            torch._foreach_add_(params, update, alpha=-group["lr"])
+        return loss
+
+
 def fused_available(device: torch.device) -> bool:
     """PyTorch ships fused AdamW kernels for CUDA and (since 2.4) CPU."""
     return device.type in ("cuda", "cpu", "xpu", "mps")
@@ -122,7 +172,7 @@ def fused_available(device: torch.device) -> bool:
 def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float,
                     betas: tuple[float, float], eps: float,
                     device: torch.device) -> torch.optim.Optimizer:
-    """AdamW (fused where available) or LAMB over `param_groups(model, weight_decay)`."""
+    """AdamW (fused where available), Google's AdamW or LAMB over `param_groups(model, wd)`."""
     groups = param_groups(model, weight_decay)
     if name == "adamw":
         fused = fused_available(device)
@@ -132,6 +182,8 @@ def build_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float,
             # Older builds or exotic dtypes: the foreach implementation is the next best.
             log.info("fused AdamW unavailable (%s); using the foreach implementation", err)
             return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
+    if name == "adamw_google":
+        return AdamWeightDecay(groups, lr=lr, betas=betas, eps=eps)
     if name == "lamb":
         return Lamb(groups, lr=lr, betas=betas, eps=eps)
     raise BertkitError(f"unknown optimizer {name!r}; expected one of {', '.join(OPTIMIZERS)}")

@@ -239,7 +239,9 @@ def make_collate(dataset: ShardDataset, objective: str, tokenizer, seed: int) ->
                                "pass --tokenizer DIR")
         params = dataset.meta["params"]
         dynamic = DynamicMaskingCollate(
-            VocabInfo.from_tokenizer(tokenizer), np.random.default_rng(seed),
+            # Shards prepared before the option existed treated [UNK] as special.
+            VocabInfo.from_tokenizer(tokenizer, mask_unk=params.get("mask_unk", False)),
+            np.random.default_rng(seed),
             masked_lm_prob=params["masked_lm_prob"],
             max_predictions=params["max_predictions_per_seq"],
             whole_word_mask=params["whole_word_mask"], pad_token_id=pad_id)
