@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dropout", type=float, default=AB.dropout, help="dropout of every model")
     p.add_argument("--pretrain-batch-size", type=int, default=PT.batch_size)
     p.add_argument("--pretrain-lr", type=float, default=PT.lr)
-    p.add_argument("--precision", choices=("fp32", "bf16"), default=PT.precision)
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=PT.precision)
     p.add_argument("--finetune-lr", type=float, default=FT.lr,
                    help="(at 1e-4-3e-4 tiny random-init models can stay at one class; "
                    "docs/ablations.md, finding 3)")

@@ -16,6 +16,7 @@ from bertkit.tasks import ColumnSpec, FeatureSettings
 from bertkit.tasks.inputs import from_records, read_input
 from bertkit.training.finetune import FinetuneConfig, build_task, check_data, finetune_train_config, run_one
 from bertkit.training.grid import run_grid
+from bertkit.training.loop import PRECISIONS
 from bertkit.training.optim import OPTIMIZERS, SCHEDULES
 
 TASK_HELP = ("cola sst2 mrpc stsb qqp mnli qnli rte wnli squad1 squad2 conll2003 swag custom")
@@ -65,7 +66,8 @@ def _add_finetune(subparsers) -> None:
                    help="feature-based: train only the head on a frozen encoder")
     p.add_argument("--features", default=FT.features, choices=["cls", "concat-last-4"],
                    help="with --freeze-encoder: concat-last-4 = the paper's BiLSTM tagger (NER)")
-    p.add_argument("--precision", default=FT.train.precision, choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--precision", default=FT.train.precision, choices=PRECISIONS,
+                   help="auto (default): bf16 where this machine computes it fast, else fp32")
     p.add_argument("--device", default=FT.train.device)
     p.add_argument("--eval-every", type=int, default=0, help="steps between dev evaluations")
     p.add_argument("--no-test-predictions", action="store_true",

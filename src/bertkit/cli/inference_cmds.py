@@ -60,10 +60,10 @@ def register(subparsers) -> None:
 
 def _model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="model directory (HF layout, or a sentence-transformers dir)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                        help="bf16: autocast (CPU with AVX512-BF16/AMX, or GPU); int8: dynamic "
-                             "quantization of the linear layers (CPU)")
+    parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda:1, ...")
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto",
+                        help="auto (default): bf16 where this machine computes it fast (GPU, AMX, "
+                             "AMD AVX512-BF16), else fp32; int8: dynamic quantization (CPU)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int,
                         help="tokens per input, [CLS]/[SEP] included (default: the model's)")

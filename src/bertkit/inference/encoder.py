@@ -41,7 +41,7 @@ from bertkit.io import progress_bar
 from bertkit.model import BertModel, PackedLayout
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.windows import context_score, window_starts
-from bertkit.training.runtime import resolve_device
+from bertkit.training.runtime import resolve_device, resolve_precision
 
 log = logging.getLogger("bertkit")
 
@@ -49,7 +49,7 @@ Pooling = Literal["cls", "mean", "max"]
 Combine = Literal["concat", "sum", "none"]
 POOLINGS = ("cls", "mean", "max")
 COMBINES = ("concat", "sum", "none")
-PRECISIONS = ("fp32", "bf16", "fp16", "int8")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")  # auto: runtime.choose_precision
 
 
 @dataclass
@@ -118,7 +118,7 @@ class Encoder:
         if tokenizer is None:
             raise BertkitError("Encoder(model) needs tokenizer=... when given a model object")
         self.device = resolve_device(device)
-        self.precision = precision
+        self.precision = resolve_precision(precision, self.device)
         self.tokenizer = tokenizer
         self.config = model.config
         self.max_length = min(max_length or st_length or self.config.max_position_embeddings,
@@ -127,7 +127,7 @@ class Encoder:
             raise BertkitError(f"max_length must be at least 3 ([CLS] x [SEP]), got {max_length}")
         self.default_pooling: Pooling = pooling or st_pooling or "cls"
         self.packed = packed
-        self.model = prepare_model(model, self.device, precision)
+        self.model = prepare_model(model, self.device, self.precision)
         self.last_stats = InferenceStats()
 
     # ---- public API -------------------------------------------------------------------------

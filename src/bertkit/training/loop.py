@@ -38,6 +38,7 @@ from bertkit.training.runtime import (
     StopFlag,
     open_tensorboard,
     resolve_device,
+    resolve_precision,
     restore_run,
     run_state,
     signal_guard,
@@ -48,7 +49,7 @@ from bertkit.training.state import latest_checkpoint, list_checkpoints, save_tra
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -68,7 +69,8 @@ class TrainConfig:
     adam_betas: tuple[float, float] = (0.9, 0.999)
     adam_eps: float = 1e-6
     max_grad_norm: float = 1.0  # <= 0: no clipping (the norm is still logged)
-    precision: str = "fp32"  # "fp32" | "bf16" | "fp16"
+    precision: str = "auto"  # "auto" (bf16 where native, else fp32; runtime.choose_precision)
+    # | "fp32" | "bf16" | "fp16"
     seed: int = 0
     log_every: int = 10
     eval_every: int = 0  # 0 = only at the end
@@ -180,7 +182,8 @@ def _prepare(model: nn.Module, dataset, collate, config: TrainConfig) -> Run:
     model.train()
     optimizer = build_optimizer(model, config.optimizer, config.lr, config.weight_decay,
                                 tuple(config.adam_betas), config.adam_eps, device)
-    scaler = torch.amp.GradScaler(device.type) if config.precision == "fp16" else None
+    precision = resolve_precision(config.precision, device)
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     forward = model
     if world > 1:
         ids = [device.index] if device.type == "cuda" else None
@@ -189,7 +192,7 @@ def _prepare(model: nn.Module, dataset, collate, config: TrainConfig) -> Run:
         forward = torch.compile(forward)
     run = Run(model=model, forward=forward, optimizer=optimizer, scaler=scaler, device=device,
               n_examples=n, micro=micro, accum=accum, world=world, rank=rank, config=config,
-              warmup=config.resolved_warmup)
+              warmup=config.resolved_warmup, precision=precision)
     if config.tensorboard and run.main:
         run.tensorboard = open_tensorboard(Path(config.output_dir) / "tensorboard")
     if config.resume:
@@ -203,7 +206,7 @@ def _prepare(model: nn.Module, dataset, collate, config: TrainConfig) -> Run:
     dist_utils.barrier()
     log.info("training: %d examples, global batch %d = %d process(es) x %d micro x %d "
              "accumulation, %s, %s", n, config.batch_size, world, micro, accum, device,
-             config.precision)
+             precision)
     return run
 
 
@@ -300,7 +303,7 @@ def _forward_backward(run: Run, batch: dict[str, Any], last: bool) -> Any:
     """Autocast forward, loss / accumulation, backward; DDP syncs only on the last micro-batch."""
     sync = run.world == 1 or last or not hasattr(run.forward, "no_sync")
     context = run.forward.no_sync() if not sync else _null()
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.config.precision)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.precision)
     with context:
         with torch.autocast(run.device.type, dtype=dtype, enabled=dtype is not None):
             out = run.forward(**batch)
