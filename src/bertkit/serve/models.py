@@ -58,7 +58,8 @@ class ServedModel:
         """Refuse a view whose head this model lacks (a clear 4xx, not a random answer)."""
         if head not in self.heads and not (head == "task" and self.task is not None):
             have = ", ".join(self.heads) or "no heads (an encoder only)"
-            raise CapabilityError(f"model {self.name!r} cannot do {what}: it has {have}")
+            raise CapabilityError(f"model {self.name!r} cannot do {what}: that needs "
+                                  f"{NEEDS[head]}; it has {have}")
 
     def info(self) -> dict[str, Any]:
         """What `/models` reports: the config, parameters per part, heads, task and labels."""
@@ -74,6 +75,11 @@ class ServedModel:
                            if not isinstance(v, (dict, list))},
                 "max_length": self.encoder().max_length,
                 "parameters": parameter_counts(self)}
+
+
+NEEDS = {"mlm": "a trained masked-LM head (a `bertkit pretrain` model)",
+         "nsp": "a trained next-sentence head (a `bertkit pretrain` model)",
+         "task": "a fine-tuned task head (a `bertkit finetune` model)"}
 
 
 class CapabilityError(BertkitError):

@@ -1,0 +1,71 @@
+"""Model folders for the server tests, built once per session (~15 s):
+
+- MiniLM itself (a base encoder without MLM/NSP heads);
+- `sst2`: MiniLM fine-tuned on 48 real SST-2 sentences for a few steps through `bertkit finetune`
+  (a real fine-tuned folder: task, labels, tokenizer);
+- `mlm`: a tiny BERT with MLM + NSP heads, and tiny NER / SQuAD / SWAG models whose heads are
+  random, saved in the fine-tuned-folder layout by the library's `save_release` (their answers
+  are noise; the tests check the plumbing and the arithmetic, not the quality).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertkit.cli.main import main
+from bertkit.config import BertConfig
+from bertkit.heads import HEAD_CLASSES, BertForPreTraining
+from bertkit.tasks import get_task
+from bertkit.tokenization import BertTokenizer
+from bertkit.training.finetune import save_release
+
+pytest.importorskip("fastapi", reason="bertkit serve needs the serve extra (pip install -e '.[test]')")
+
+
+def tiny_config(vocab_size: int, **changes) -> BertConfig:
+    return BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, intermediate_size=64, max_position_embeddings=128,
+                      **changes)
+
+
+def tiny_task_model(root: Path, tokenizer: BertTokenizer, task_name: str,
+                    labels: list[str] | None) -> Path:
+    """A random tiny model with `task_name`'s head, saved as `bertkit finetune` saves one."""
+    task = get_task(task_name)
+    changes = {"id2label": dict(enumerate(labels))} if labels else {}
+    torch.manual_seed(0)
+    model = HEAD_CLASSES[task.head](tiny_config(tokenizer.vocab_size, **changes))
+    out = root / task_name
+    save_release(task, model, tokenizer, out, {})
+    return out
+
+
+@pytest.fixture(scope="session")
+def sst2_model(tmp_path_factory, minilm_path, shared_data) -> Path:
+    out = tmp_path_factory.mktemp("serve") / "sst2"
+    before = torch.get_num_threads()
+    code = main(["finetune", "sst2", "--model", str(minilm_path), "--output", str(out),
+                 "--data", str(shared_data / "glue"), "--max-train-examples", "48",
+                 "--max-eval-examples", "8", "--batch-size", "16", "--epochs", "1",
+                 "--lr", "1e-4", "--max-seq-length", "48", "--no-test-predictions",
+                 "--no-progress"])
+    torch.set_num_threads(before)
+    assert code == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory, minilm_path) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("serve-tiny")
+    tokenizer = BertTokenizer.from_pretrained(minilm_path)
+    torch.manual_seed(0)
+    mlm = root / "mlm"
+    BertForPreTraining(tiny_config(tokenizer.vocab_size)).save_pretrained(mlm)
+    tokenizer.save_pretrained(mlm)
+    ner_labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    return {"mlm": mlm, "ner": tiny_task_model(root, tokenizer, "conll2003", ner_labels),
+            "squad": tiny_task_model(root, tokenizer, "squad1", None),
+            "swag": tiny_task_model(root, tokenizer, "swag", None)}
