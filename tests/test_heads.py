@@ -190,3 +190,95 @@ def test_training_trajectory_equals_transformers():
     first, last = (sum(x for x, _ in part) / 10 for part in (losses[:10], losses[-10:]))
     assert last < first - 0.2, losses  # it learned something: the gradients are not zero
     assert all(abs(x - y) < 1e-4 for x, y in losses), losses
+
+
+# ---- packed training: the dense layers on real tokens only, same loss and gradients ------------
+
+PACKED_TOL = 2e-5
+
+
+def padded_batch(B=4, K=None, vocab=500, seed=0):
+    """Random ids with lengths 3..T (right padding; one row full length), labels for each head."""
+    g = torch.Generator().manual_seed(seed)
+    T = 17
+    rows = B * (K or 1)
+    lengths = torch.randint(3, T, (rows,), generator=g)
+    lengths[0] = T
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).long()  # (rows, T)
+    ids = torch.randint(5, vocab, (rows, T), generator=g) * mask
+    types = (torch.arange(T)[None, :] >= lengths[:, None] // 2).long() * mask
+    shape = (B, K, T) if K else (B, T)
+    return {"input_ids": ids.view(shape), "token_type_ids": types.view(shape),
+            "attention_mask": mask.view(shape)}, g
+
+
+def head_cases():
+    def seq(batch, g):
+        return {**batch, "labels": torch.randint(0, 3, (4,), generator=g)}
+
+    def tok(batch, g):
+        labels = torch.randint(0, 3, batch["input_ids"].shape, generator=g)
+        return {**batch, "labels": labels.masked_fill(batch["attention_mask"] == 0, -100)}
+
+    def pre(batch, g):
+        pos = torch.stack([torch.randperm(3, generator=g) + 1 for _ in range(4)])  # (B, 3) real
+        return {**batch, "masked_lm_positions": pos, "masked_lm_ids": torch.randint(5, 500, (4, 3)),
+                "masked_lm_weights": torch.ones(4, 3), "next_sentence_label": torch.tensor([0, 1, 1, 0])}
+
+    def choice(batch, g):
+        return {**batch, "labels": torch.tensor([0, 1, 0, 1])}
+
+    return {
+        "sequence classification": (heads.BertForSequenceClassification, None, seq, {0: "a", 1: "b", 2: "c"}),
+        "token classification": (heads.BertForTokenClassification, None, tok, {0: "O", 1: "B", 2: "I"}),
+        "pre-training (MLM + NSP)": (heads.BertForPreTraining, None, pre, None),
+        "masked LM (dense labels)": (heads.BertForMaskedLM, None, tok, None),
+        "multiple choice": (heads.BertForMultipleChoice, 2, choice, None),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(head_cases()))
+def test_packed_training_gives_the_padded_loss_and_gradients(case):
+    """Gradients, not only outputs: one backward through each, every parameter compared
+    (dropout off so that both see the same function; tolerance PACKED_TOL, absolute)."""
+    cls, K, make_labels, id2label = head_cases()[case]
+    labels = {"id2label": id2label, "label2id": {v: k for k, v in id2label.items()}} if id2label else {}
+    config = BertConfig.preset("tiny", vocab_size=500, hidden_dropout_prob=0.0,
+                               attention_probs_dropout_prob=0.0, **labels)
+    torch.manual_seed(0)
+    model = cls(config).train()
+    batch, g = padded_batch(K=K)
+    batch = make_labels(batch, g)
+    calls = []
+    unpadded = model.bert.forward_unpadded
+    model.bert.forward_unpadded = lambda *a: calls.append(1) or unpadded(*a)
+    grads = {}
+    for packed in (False, True):
+        model.zero_grad()
+        loss = model(**batch, packed=packed).loss
+        loss.backward()
+        grads[packed] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()
+                                       if p.grad is not None})
+    assert calls == [1]  # the packed path ran (once), the padded one did not use it
+    (loss_pad, g_pad), (loss_packed, g_packed) = grads[False], grads[True]
+    assert abs(loss_pad - loss_packed) < PACKED_TOL
+    assert g_pad.keys() == g_packed.keys() and len(g_pad) > 10
+    for name in g_pad:
+        assert (g_pad[name] - g_packed[name]).abs().max().item() < PACKED_TOL, name
+    assert any(g.abs().sum() > 0 for g in g_pad.values())
+
+
+def test_packed_forward_matches_at_real_tokens_and_trains_with_dropout():
+    config = BertConfig.preset("tiny", vocab_size=500)
+    torch.manual_seed(0)
+    model = heads.BertForSequenceClassification(config).eval()
+    batch, _ = padded_batch()
+    ref = model.bert(**batch).last_hidden_state
+    out = model.bert(**batch, packed=True).last_hidden_state
+    real = batch["attention_mask"].bool()
+    assert (ref[real] - out[real]).abs().max().item() < PACKED_TOL
+    assert out[~real].abs().max().item() == 0  # padding comes back as zeros
+    model.train()  # dropout on: runs, and differs from eval
+    loss = model(**batch, labels=torch.zeros(4, dtype=torch.long), packed=True).loss
+    loss.backward()
+    assert torch.isfinite(loss) and model.bert.embeddings.word_embeddings.weight.grad is not None

@@ -1,5 +1,9 @@
 """Task heads on top of `BertModel`; each computes its loss when labels are given.
 
+`packed=True` (every head but span QA) runs the encoder's dense layers on the real tokens only
+(`BertModel.forward_unpadded`): the loss and its gradients are the padded forward's, because
+no loss reads a padding position. QA's start/end softmax spans the padding too, so it has none.
+
 Shape legend: B batch, T tokens, H hidden, V vocabulary, P masked positions per sequence,
 K choices, L labels.
 
@@ -106,8 +110,10 @@ class BertForPreTraining(PretrainedMixin, nn.Module):
         labels: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         causal: bool = False,
+        packed: bool = False,
     ) -> PreTrainingOutput:
-        out = self.bert(input_ids, token_type_ids, attention_mask, position_ids, causal=causal)
+        out = self.bert(input_ids, token_type_ids, attention_mask, position_ids, causal=causal,
+                        packed=packed)
         hidden = out.last_hidden_state  # (B, T, H)
         if masked_lm_positions is not None:
             hidden = gather_positions(hidden, masked_lm_positions)  # (B, P, H)
@@ -136,9 +142,9 @@ class BertForMaskedLM(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
                 masked_lm_positions=None, masked_lm_ids=None, masked_lm_weights=None,
-                position_ids=None, causal: bool = False) -> HeadOutput:
+                position_ids=None, causal: bool = False, packed: bool = False) -> HeadOutput:
         hidden = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
-                           causal=causal).last_hidden_state  # (B, T, H)
+                           causal=causal, packed=packed).last_hidden_state  # (B, T, H)
         if masked_lm_positions is not None:
             hidden = gather_positions(hidden, masked_lm_positions)  # (B, P, H)
         logits = self.mlm(hidden)  # (B, P or T, V)
@@ -161,8 +167,9 @@ class BertForSequenceClassification(PretrainedMixin, nn.Module):
         init_head(self, (self.classifier,))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
-                position_ids=None) -> HeadOutput:
-        pooled = self.bert(input_ids, token_type_ids, attention_mask, position_ids).pooler_output
+                position_ids=None, packed: bool = False) -> HeadOutput:
+        pooled = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
+                           packed=packed).pooler_output
         logits = self.classifier(self.dropout(pooled))  # (B, L)
         loss = None
         if labels is not None:
@@ -185,8 +192,9 @@ class BertForTokenClassification(PretrainedMixin, nn.Module):
         init_head(self, (self.classifier,))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
-                position_ids=None) -> HeadOutput:
-        hidden = self.bert(input_ids, token_type_ids, attention_mask, position_ids).last_hidden_state
+                position_ids=None, packed: bool = False) -> HeadOutput:
+        hidden = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
+                           packed=packed).last_hidden_state  # (B, T, H); zeros at padding if packed
         logits = self.classifier(self.dropout(hidden))  # (B, T, L)
         return HeadOutput(tagging_loss(logits, labels), logits)
 
@@ -239,7 +247,7 @@ class BertForMultipleChoice(PretrainedMixin, nn.Module):
         init_head(self, (self.classifier,))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
-                position_ids=None) -> HeadOutput:
+                position_ids=None, packed: bool = False) -> HeadOutput:
         if input_ids.dim() != 3:
             raise ValueError(f"multiple choice input_ids must be (batch, choices, tokens), "
                              f"got {tuple(input_ids.shape)}")
@@ -249,7 +257,7 @@ class BertForMultipleChoice(PretrainedMixin, nn.Module):
             return None if t is None else t.reshape(B * K, -1)  # (B*K, T)
 
         pooled = self.bert(flat(input_ids), flat(token_type_ids), flat(attention_mask),
-                           flat(position_ids)).pooler_output  # (B*K, H)
+                           flat(position_ids), packed=packed).pooler_output  # (B*K, H)
         logits = self.classifier(self.dropout(pooled)).view(B, K)  # (B, K)
         loss = F.cross_entropy(logits.float(), labels.long()) if labels is not None else None
         return HeadOutput(loss, logits)

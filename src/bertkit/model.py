@@ -43,6 +43,15 @@ class PackedLayout:
     scatter: torch.Tensor | None  # (S,) row of each token in the (B*T) layout; None = no padding
     mask: torch.Tensor | None  # (B, 1, 1, T) True = real key; None when nothing is padded
 
+    @classmethod
+    def from_mask(cls, attention_mask: torch.Tensor) -> PackedLayout:
+        """The layout of the real tokens of a padded batch (attention_mask (B, T), 1 = real;
+        any pattern, not only right padding)."""
+        B, T = attention_mask.shape
+        real = attention_mask.reshape(-1).bool()  # (B*T,)
+        scatter = real.nonzero().squeeze(1)  # (S,)
+        return cls(B, T, scatter, real.view(B, 1, 1, T))
+
 
 def activation(name: str):
     if name == "gelu":
@@ -101,7 +110,7 @@ class SelfAttention(nn.Module):
 
     def forward_packed(self, x: torch.Tensor, layout: PackedLayout) -> torch.Tensor:
         """The same attention on packed tokens x (S, H): projections on the real tokens only,
-        scores on the padded layout (inference; no dropout, no probabilities)."""
+        scores on the padded layout (no probabilities)."""
         B, T, H = layout.batch, layout.max_len, x.shape[-1]
         N = self.num_heads
         D = H // N
@@ -109,7 +118,9 @@ class SelfAttention(nn.Module):
         if layout.scatter is not None:
             qkv = qkv.new_zeros(B * T, 3 * H).index_copy_(0, layout.scatter, qkv)  # (B*T, 3H)
         q, k, v = qkv.view(B, T, 3, N, D).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, N, T, D)
-        ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.mask)  # (B, N, T, D)
+        dropout_p = self.attn_dropout_p if self.training else 0.0
+        ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=layout.mask,
+                                             dropout_p=dropout_p)  # (B, N, T, D)
         ctx = ctx.transpose(1, 2).reshape(B * T, H)  # (B*T, H)
         if layout.scatter is not None:
             ctx = ctx.index_select(0, layout.scatter)  # (S, H)
@@ -179,9 +190,12 @@ class BertModel(PretrainedMixin, nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         causal: bool = False,
+        packed: bool = False,
     ) -> BertOutput:
         """`attention_mask` (B,T): 1 for real tokens, 0 for padding. `causal=True` also hides
-        every later position (the left-to-right LM of the paper's ablation)."""
+        every later position (the left-to-right LM of the paper's ablation). `packed=True` runs
+        the dense layers on the real tokens only (`forward_unpadded`): the same values at real
+        tokens, zeros at padding."""
         check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids)
         B, T = input_ids.shape
         if token_type_ids is None:
@@ -189,6 +203,9 @@ class BertModel(PretrainedMixin, nn.Module):
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).unsqueeze(0)  # (1, T)
         mask = attention_bool_mask(attention_mask, T, causal, input_ids.device)
+        extras = causal or output_hidden_states or output_attentions or _exporting()
+        if packed and mask is not None and not extras:
+            return self.forward_unpadded(input_ids, token_type_ids, position_ids, attention_mask)
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
@@ -207,6 +224,23 @@ class BertModel(PretrainedMixin, nn.Module):
         )
 
 
+    def forward_unpadded(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                         position_ids: torch.Tensor, attention_mask: torch.Tensor) -> BertOutput:
+        """`forward` of a padded batch with the dense layers (embeddings, projections, FFN,
+        LayerNorms) on the S real tokens only; attention alone sees the (B, T) layout. Training
+        uses it too: the loss and every gradient equal the padded forward's (dropout aside,
+        whose masks are drawn over other shapes). Padding positions come back as zeros."""
+        B, T = input_ids.shape
+        layout = PackedLayout.from_mask(attention_mask)
+        positions = position_ids.expand(B, T)  # (B, T)
+        ids, types, pos = (t.reshape(-1).index_select(0, layout.scatter)  # 3 x (S,)
+                           for t in (input_ids, token_type_ids, positions))
+        x = self.forward_packed(ids, types, pos, layout, [len(self.layers)])[0]  # (S, H)
+        H = x.shape[-1]
+        hidden = x.new_zeros(B * T, H).index_copy(0, layout.scatter, x).view(B, T, H)  # (B, T, H)
+        pooled = self.pooler(hidden) if self.pooler is not None else None
+        return BertOutput(last_hidden_state=hidden, pooler_output=pooled)
+
     def forward_packed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
                        position_ids: torch.Tensor, layout: PackedLayout,
                        hidden_index: list[int]) -> list[torch.Tensor]:
@@ -215,7 +249,7 @@ class BertModel(PretrainedMixin, nn.Module):
         layer i), equal to `forward` at the real tokens with less work on padding."""
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # (S, H)
         states = {0: x}
-        for i, layer in enumerate(self.layers[:max(hidden_index)], start=1):
+        for i, layer in enumerate(self.layers[:max(hidden_index, default=0)], start=1):
             x = layer.forward_packed(x, layout)  # (S, H)
             states[i] = x
         return [states[i] for i in hidden_index]

@@ -16,11 +16,13 @@ from bertkit.tasks.base import split_dev
 from bertkit.tasks.squad import SquadExample
 from bertkit.training.finetune import (
     FinetuneConfig,
+    feature_lengths,
     finetune_train_config,
     load_model,
     run_one,
     run_steps,
     train_config,
+    training_collate,
 )
 from bertkit.training.grid import pick_run, summarize
 from bertkit.training.runtime import stream_seed
@@ -109,3 +111,20 @@ def test_finetune_never_writes_into_the_model_or_a_users_folder(tiny_dir, tmp_pa
                                train=finetune_train_config(str(user))))
     assert {p.name: p.read_bytes() for p in tiny_dir.iterdir()} == before
     assert json.loads((user / "config.json").read_text()) == {}
+
+
+def test_training_batches_are_packed_where_the_loss_allows_and_grouped_by_length(tiny_dir):
+    """Classification trains on the unpadded forward (same loss and gradients: test_heads);
+    span QA, whose softmax covers the padding, keeps the padded one; `packed=False` turns it off."""
+    sst2, squad = get_task("sst2"), get_task("squad1")
+    features = [{"input_ids": [1] * n, "token_type_ids": [0] * n, "attention_mask": [1] * n,
+                 "labels": 0} for n in (3, 5)]
+    c = cfg()
+    assert c.packed and c.group_by_length
+    classifier = load_model(sst2, tiny_dir, ["neg", "pos"], c)
+    batch = training_collate(sst2, classifier, c)(features)
+    assert batch["packed"] is True and batch["input_ids"].shape == (2, 5)
+    assert "packed" not in training_collate(sst2, classifier, cfg(packed=False))(features)
+    assert training_collate(squad, load_model(squad, tiny_dir, None, c), c) == squad.collate
+    assert feature_lengths(features) == [3, 5]
+    assert feature_lengths([{"input_ids": [[1, 2], [1, 2, 3, 4]]}]) == [4]  # multiple choice

@@ -239,6 +239,27 @@ def test_ddp_two_gloo_processes_match_one_process(tmp_path):
     assert [s for s, _ in list_checkpoints(tmp_path / "two")] == [4]  # rank 0 alone saved
 
 
+def test_length_grouped_order_resumes_exactly(tmp_path):
+    """With lengths (fine-tuning's grouped batches) the order is still a function of (seed,
+    epoch): stopped at step 5 (SIGTERM, in the second epoch of 36 examples) and resumed, the
+    losses are the uninterrupted run's; and the batches do follow the lengths."""
+    lengths = [i % 9 for i in range(36)]
+    full = train(make_model(), make_data(36), collate, config(tmp_path / "full"), lengths=lengths)
+    with pytest.raises(TrainingInterrupted, match="step 5"):
+        train(make_model(), make_data(36), KillingCollate(9, signal.SIGTERM),
+              config(tmp_path / "cut"), lengths=lengths)
+    resumed = train(make_model(), make_data(36), collate, config(tmp_path / "cut", resume=True),
+                    lengths=lengths)
+    assert resumed.losses == full.losses[5:]
+    seen = []
+    train(make_model(), make_data(36), lambda items: seen.append(items) or collate(items),
+          config(tmp_path / "order", max_steps=4, micro_batch_size=8), lengths=lengths)
+    first = [int(it["input_ids"].sum()) for it in seen[0]]
+    index = {int(it["input_ids"].sum()): i for i, it in enumerate(make_data(36))}
+    batch_lengths = [lengths[index[x]] for x in first]
+    assert max(batch_lengths) - min(batch_lengths) <= 3  # random batches of 8 span ~8
+
+
 def _child(mode: str, out: str, *rest: str) -> None:
     """The killed child (mode kill) and the torchrun worker (mode ddp)."""
     if mode == "kill":

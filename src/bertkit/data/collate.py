@@ -108,3 +108,24 @@ class DynamicMaskingCollate:
             "masked_lm_weights": (np.arange(P) < m.counts[:, None]).astype(np.float32),  # (B, P)
         }
         return _finish(batch, items)
+
+
+def length_grouped_order(order: torch.Tensor, lengths: torch.Tensor, batch_size: int,
+                         generator: torch.Generator, offset: int = 0,
+                         group_batches: int = 50) -> torch.Tensor:
+    """Reorder a random permutation `order` of the examples so that each batch holds examples
+    of similar length (less padding), while the order stays random: cut `order` into groups of
+    `group_batches` batches, sort each group by length (longest first), cut the result into
+    batches and shuffle those batches with `generator`.
+
+    `offset`: the first `offset` positions complete a batch begun before `order` (an epoch that
+    does not start on a batch boundary); they and the last partial batch keep their places."""
+    lengths = torch.as_tensor(lengths)
+    group = batch_size * group_batches
+    parts = [order[i:i + group] for i in range(0, len(order), group)]
+    ordered = torch.cat([p[torch.argsort(lengths[p], descending=True, stable=True)] for p in parts])
+    head = min(offset, len(ordered))
+    n_full = (len(ordered) - head) // batch_size
+    body = ordered[head:head + n_full * batch_size].view(n_full, batch_size)  # (batches, B)
+    body = body[torch.randperm(n_full, generator=generator)].reshape(-1)
+    return torch.cat([ordered[:head], body, ordered[head + n_full * batch_size:]])

@@ -14,6 +14,8 @@ loop's "order/<epoch>") and dropout (the loop's "dropout/<rank>", saved in every
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import json
 import logging
 import math
@@ -77,6 +79,8 @@ class FinetuneConfig:
     columns: ColumnSpec = field(default_factory=ColumnSpec)
     predict_test: bool = True  # also label the test file(s) when present (GLUE submissions)
     keep_training_state: bool = False  # keep checkpoints/ of a finished run (else only the model)
+    group_by_length: bool = True  # batches of similar lengths (shuffled groups; less padding)
+    packed: bool = True  # dense layers on real tokens only, where the head's loss allows it
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.epochs) and self.epochs > 0):
@@ -285,8 +289,9 @@ def run_one(cfg: FinetuneConfig) -> dict[str, Any]:
     check_vocab(model.config, tokenizer.vocab_size, cfg.model_dir)
     loop_cfg = dataclasses.replace(train_config(cfg, len(data.train.features)),
                                    resume=bool(list_checkpoints(out)))
-    result = train(model, data.train.features, task.collate, loop_cfg,
-                   evaluate=dev_evaluator(task, data.dev_splits, settings, cfg))
+    lengths = feature_lengths(data.train.features) if cfg.group_by_length else None
+    result = train(model, data.train.features, training_collate(task, model, cfg), loop_cfg,
+                   evaluate=dev_evaluator(task, data.dev_splits, settings, cfg), lengths=lengths)
     metrics = evaluate_splits(task, model, data.dev_splits, settings, cfg.eval_batch_size, out,
                               cfg.train.progress)
     save_release(task, model, tokenizer, out, metrics)
@@ -301,6 +306,29 @@ def run_one(cfg: FinetuneConfig) -> dict[str, Any]:
     if not cfg.keep_training_state:  # the release is what a finished run keeps
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
     return record
+
+
+def training_collate(task: Task, model: nn.Module, cfg: FinetuneConfig):
+    """The task's collate; with `cfg.packed`, training batches also ask the head for its
+    unpadded forward (`BertModel.forward_unpadded`) where it has one (every head but span QA):
+    the loss and the gradients are the padded forward's, without the work on padding."""
+    if cfg.packed and "packed" in inspect.signature(model.forward).parameters:
+        return functools.partial(_packed_batch, task.collate)
+    return task.collate
+
+
+def _packed_batch(collate, features) -> dict[str, Any]:
+    return {**collate(features), "packed": True}
+
+
+def feature_lengths(features: list[dict[str, Any]]) -> list[int]:
+    """Tokens of each feature (its longest row for multiple choice): what padding depends on."""
+    def length(ids) -> int:
+        if len(ids) and hasattr(ids[0], "__len__"):
+            return max(len(row) for row in ids)
+        return len(ids)
+
+    return [length(f["input_ids"]) for f in features]
 
 
 def dev_evaluator(task: Task, dev: list[Split], settings: FeatureSettings, cfg: FinetuneConfig):

@@ -128,9 +128,11 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
           collate: Callable[[list[Any]], dict[str, torch.Tensor]], config: TrainConfig,
           evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
           step_metrics: Callable[[dict[str, torch.Tensor], Any], dict[str, float]] | None = None,
-          ) -> TrainResult:
-    """Train `model` for `config.max_steps` optimizer steps; see the module docstring."""
-    run = _prepare(model, dataset, collate, config)
+          lengths: Any = None) -> TrainResult:
+    """Train `model` for `config.max_steps` optimizer steps; see the module docstring.
+    `lengths` (one per example): batch examples of similar length together
+    (`data.collate.length_grouped_order`; the order stays a function of (seed, epoch))."""
+    run = _prepare(model, dataset, collate, config, lengths)
     losses: list[float] = []
     window = _Window()
     bar = progress_bar(total=config.max_steps, initial=run.step, desc="train", unit="step",
@@ -163,7 +165,7 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
     return TrainResult(run.step, losses, last_metrics, Path(config.output_dir), path)
 
 
-def _prepare(model: nn.Module, dataset, collate, config: TrainConfig) -> Run:
+def _prepare(model: nn.Module, dataset, collate, config: TrainConfig, lengths: Any = None) -> Run:
     """Device, batch plan, seeds, optimizer, scaler, wrappers, and the resumed state if any."""
     if config.max_steps is None:
         raise BertkitError("max_steps is not set: the run kind must set it before training")
@@ -192,7 +194,10 @@ def _prepare(model: nn.Module, dataset, collate, config: TrainConfig) -> Run:
         forward = torch.compile(forward)
     run = Run(model=model, forward=forward, optimizer=optimizer, scaler=scaler, device=device,
               n_examples=n, micro=micro, accum=accum, world=world, rank=rank, config=config,
-              warmup=config.resolved_warmup, precision=precision)
+              warmup=config.resolved_warmup, precision=precision,
+              lengths=None if lengths is None else torch.as_tensor(lengths))
+    if run.lengths is not None and len(run.lengths) != n:
+        raise BertkitError(f"lengths: {len(run.lengths)} values for {n} examples")
     if config.tensorboard and run.main:
         run.tensorboard = open_tensorboard(Path(config.output_dir) / "tensorboard")
     if config.resume:

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bertkit.data.collate import length_grouped_order
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text
 from bertkit.training.state import latest_checkpoint, load_training_state, rng_state, set_rng_state
@@ -48,6 +49,7 @@ class Run:
     examples_seen: int = 0  # the data position: global stream index of the next example
     tokens_seen: int = 0
     tensorboard: Any = None  # a SummaryWriter on rank 0 when asked for and installed
+    lengths: torch.Tensor | None = None  # (n_examples,): set = length-grouped batches
     _perms: dict[int, torch.Tensor] = field(default_factory=dict)
 
     @property
@@ -55,11 +57,16 @@ class Run:
         return self.rank == 0
 
     def index_at(self, position: int) -> int:
-        """Dataset index at a global stream position: epoch e is a permutation seeded (seed, e)."""
+        """Dataset index at a global stream position: epoch e is a permutation seeded (seed, e),
+        length-grouped (from the same stream) when `lengths` is set."""
         epoch, offset = divmod(position, self.n_examples)
         if epoch not in self._perms:
             gen = torch.Generator().manual_seed(stream_seed(self.config.seed, f"order/{epoch}"))
-            self._perms = {epoch: torch.randperm(self.n_examples, generator=gen)}
+            perm = torch.randperm(self.n_examples, generator=gen)
+            if self.lengths is not None:  # the epoch's first step may have begun in the last one
+                first = (-epoch * self.n_examples) % self.config.batch_size
+                perm = length_grouped_order(perm, self.lengths, self.config.batch_size, gen, first)
+            self._perms = {epoch: perm}
         return int(self._perms[epoch][offset])
 
 
