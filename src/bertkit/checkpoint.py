@@ -163,10 +163,13 @@ def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: st
     bad_missing = [k for k in missing if not HEAD_KEYS.match(k)]
     bad_unexpected = [k for k in unexpected if not HEAD_KEYS.match(k)]
     if bad_missing or bad_unexpected or shapes:
-        lines = ([f"missing: {', '.join(bad_missing)}"] if bad_missing else []) + \
-                ([f"unexpected: {', '.join(bad_unexpected)}"] if bad_unexpected else []) + \
-                ([f"mis-shaped: {'; '.join(shapes)}"] if shapes else [])
-        raise BertkitError(f"{source}: weights do not fit {type(model).__name__}: " + " | ".join(lines))
+        lines = [f"{what}: {sep.join(keys[:3])}{f' ... ({len(keys)} in all)' if len(keys) > 3 else ''}"
+                 for what, keys, sep in (("missing", bad_missing, ", "),
+                                         ("unexpected", bad_unexpected, ", "),
+                                         ("mis-shaped", shapes, "; ")) if keys]
+        raise BertkitError(f"{source}: weights do not fit {type(model).__name__} built from its "
+                           f"config.json (does config.json belong to these weights?): "
+                           + " | ".join(lines))
     if missing:
         log.info("%s: newly initialized (not in %s): %s", type(model).__name__, source,
                  ", ".join(missing))

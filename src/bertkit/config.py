@@ -31,6 +31,11 @@ PRESETS: dict[str, tuple[int, int, int]] = {
 }
 
 
+# The keys a config.json must hold: without them the defaults would build another model.
+ARCHITECTURE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size")
+
+
 @dataclass(frozen=True)
 class BertConfig:
     vocab_size: int = 30522
@@ -149,6 +154,10 @@ class BertConfig:
             raise BertkitError(f"{path}: line {err.lineno}: invalid JSON ({err.msg})") from None
         if not isinstance(data, dict):
             raise BertkitError(f"{path}: expected a JSON object")
+        absent = [k for k in ARCHITECTURE_KEYS if k not in data]
+        if absent:  # HF's defaults would describe another model than the weights beside it
+            raise BertkitError(f"{path}: missing {', '.join(absent)}; a BERT config.json names its "
+                               "architecture (see a transformers-saved config.json)")
         try:
             return cls.from_dict(data)
         except TypeError as err:

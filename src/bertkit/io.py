@@ -114,29 +114,43 @@ def claim_output_dir(path: str | os.PathLike, marker: str, settings: dict[str, A
     attempt that stopped before writing anything but its marker counts as an empty folder.
     Returns True when the folder holds an earlier run that is being continued."""
     path = Path(path)
+    resumed = check_output_dir(path, marker, settings, resume, inputs, overwrite)
+    if not resumed:
+        path.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path / marker, json.dumps(_plain(settings), indent=2) + "\n")
+    return resumed
+
+
+def check_output_dir(path: str | os.PathLike, marker: str, settings: dict[str, Any],
+                     resume: bool = False, inputs: Sequence[str | os.PathLike] = (),
+                     overwrite: bool = False) -> bool:
+    """`claim_output_dir`'s checks alone, writing nothing: a command calls it before slow work
+    (reading data) so that a refused folder is found first and a failed read leaves none."""
+    path = Path(path)
     check_not_inside(path, inputs)
     if path.exists() and not path.is_dir():
         raise BertkitError(f"{path}: exists and is not a folder; choose a new output folder")
-    settings = json.loads(json.dumps(settings, default=str))
-    if path.is_dir() and any(p.name != marker for p in path.iterdir()):
-        earlier = path / marker
-        if not earlier.is_file():
-            raise BertkitError(f"{path}: not empty and not a folder this command wrote (no "
-                               f"{marker}); choose a new or empty output folder")
-        if overwrite:
-            atomic_write_text(earlier, json.dumps(settings, indent=2) + "\n")
-            return False
-        if not resume:
-            raise BertkitError(f"{path}: holds an earlier run; pass --resume to continue it or "
-                               "choose another output folder")
-        changed = changed_settings(json.loads(earlier.read_text(encoding="utf-8")), settings)
-        if changed:
-            raise BertkitError(f"{path}: --resume with other settings than the earlier run "
-                               f"({', '.join(changed)}); use the same settings or a new folder")
-        return True
-    path.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path / marker, json.dumps(settings, indent=2) + "\n")
-    return False
+    if not (path.is_dir() and any(p.name != marker for p in path.iterdir())):
+        return False
+    earlier = path / marker
+    if not earlier.is_file():
+        raise BertkitError(f"{path}: not empty and not a folder this command wrote (no "
+                           f"{marker}); choose a new or empty output folder")
+    if overwrite:
+        return False
+    if not resume:
+        raise BertkitError(f"{path}: holds an earlier run; pass --resume to continue it or "
+                           "choose another output folder")
+    changed = changed_settings(json.loads(earlier.read_text(encoding="utf-8")), _plain(settings))
+    if changed:
+        raise BertkitError(f"{path}: --resume with other settings than the earlier run "
+                           f"({', '.join(changed)}); use the same settings or a new folder")
+    return True
+
+
+def _plain(settings: dict[str, Any]) -> dict[str, Any]:
+    """Settings as they read back from JSON (tuples become lists, paths strings)."""
+    return json.loads(json.dumps(settings, default=str))
 
 
 def changed_settings(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:

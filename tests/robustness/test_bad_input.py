@@ -383,6 +383,66 @@ for _name, _option, _value in [("b_finetune_epochs_zero", "--epochs", "0"),
     CASES[_name] = Case(_name, bad_option(_option, _value))
 
 
+def custom_data(w: World, name: str, train: str) -> Path:
+    """A custom-task folder with the given train file and a clean dev.csv."""
+    w.write(f"custom-data/{name}", train)
+    w.write("custom-data/dev.csv", "text,label\na good movie,1\na bad film,0\n")
+    return w.tmp / "custom-data"
+
+
+def finetune_custom(w: World, model: Path, data: Path) -> list:
+    return ["finetune", "custom", "--model", model, "--data", data, "--output", w.tmp / "out", *SMALL]
+
+
+@case
+def b_custom_tsv_row_with_extra_tab(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    data = custom_data(w, "train.tsv", "text\tlabel\na good movie\t1\na bad\tfilm\t0\n")
+    return Spec(finetune_custom(w, model, data), [model, data], ["train.tsv"],
+                pattern=r"train\.tsv:3\b")
+
+
+@case
+def b_custom_csv_empty_text(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    data = custom_data(w, "train.csv", 'text,label\na good movie,1\n"  ",0\na bad film,0\n')
+    return Spec(finetune_custom(w, model, data), [model, data], ["train.csv", "empty"],
+                pattern=r"train\.csv:3\b")
+
+
+@case
+def b_conll_unknown_entity_type(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    good = "the O\ncat B-PER\nsat O\n\n"
+    w.write("conll/train.txt", good + "a O\ndog B-PRE\n\n")
+    w.write("conll/valid.txt", good)
+    data = w.tmp / "conll"
+    return Spec(["finetune", "conll2003", "--model", model, "--data", data, "--output", w.tmp / "out",
+                 *SMALL], [model, data], ["train.txt", "B-PRE"], pattern=r"train\.txt:6\b")
+
+
+@case
+def b_prepare_max_seq_length_beyond_positions(w: World) -> Spec:
+    corpus = w.write("corpus.txt", "the cat sat.\nthe dog ran.\n\nit was good.\na bad film.\n")
+    return Spec(["prepare", corpus, "--tokenizer", w.tiny_model, "--output", w.tmp / "shards",
+                 "--max-seq-length", "100000", "--no-progress"], [corpus, w.tiny_model],
+                ["--max-seq-length", "512"])
+
+
+@case
+def b_prepare_negative_workers(w: World) -> Spec:
+    corpus = w.write("corpus.txt", "the cat sat.\nthe dog ran.\n\nit was good.\na bad film.\n")
+    return Spec(["prepare", corpus, "--tokenizer", w.tiny_model, "--output", w.tmp / "shards",
+                 "--workers", "-3", "--no-progress"], [corpus, w.tiny_model], ["--workers"])
+
+
+@case
+def b_info_config_without_architecture(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    (model / "config.json").write_text('{"model_type": "bert"}\n', encoding="utf-8")
+    return Spec(["info", model], [model], ["config.json", "hidden_size"])
+
+
 # --- C. unclear errors -> one clear line --------------------------------------------------------
 
 def truncate(path: Path) -> None:
@@ -442,6 +502,24 @@ def c_finetune_custom_header_only_csv(w: World) -> Spec:
                  *SMALL], [model, data], ["train.csv"])
 
 
+@case
+def c_embed_config_of_another_model(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    config = (model / "config.json").read_text(encoding="utf-8")
+    (model / "config.json").write_text(config.replace('"hidden_size": 128', '"hidden_size": 64'),
+                                       encoding="utf-8")
+    texts = w.write("texts.txt", "a good movie\n")
+    return Spec(["embed", model, "--input", texts, "--output", w.tmp / "out.npy", "--no-progress"],
+                [model, texts], ["config.json"], pattern=r"^.{0,600}$")
+
+
+@case
+def c_export_unsupported_opset(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    return Spec(["export", model, "--format", "onnx", "--output", w.tmp / "m.onnx", "--opset", "5"],
+                [model], ["--opset"])
+
+
 # --- D. careless users and attackers ------------------------------------------------------------
 
 @case
@@ -480,6 +558,14 @@ def d_finetune_negative_seeds(w: World) -> Spec:
 def d_finetune_missing_data_folder(w: World) -> Spec:
     model = w.copy(w.tiny_model, "my-base-model")
     return Spec(finetune(w, model, w.tmp / "no-such-data", w.tmp / "out"), [model], ["no-such-data"])
+
+
+@case
+def d_prepare_output_is_existing_file(w: World) -> Spec:
+    corpus = w.write("corpus.txt", "the cat sat.\nthe dog ran.\n\nit was good.\na bad film.\n")
+    results = w.write("results.txt", "my precious results\n")
+    return Spec(["prepare", corpus, "--tokenizer", w.tiny_model, "--output", results,
+                 "--no-progress"], [corpus, results], ["results.txt"])
 
 
 @case

@@ -36,6 +36,9 @@ Sentence = np.ndarray  # (n,) int32 token ids
 TokenDocument = Sequence[Sentence]
 
 
+MAX_POSITIONS = 512  # BERT's learned position table (Devlin et al. 2019); every preset has it
+
+
 @dataclass(frozen=True)
 class InstanceConfig:
     max_seq_length: int = 128
@@ -46,8 +49,9 @@ class InstanceConfig:
         if self.objective not in OBJECTIVES:
             raise BertkitError(f"unknown objective {self.objective!r}; expected one of "
                                f"{', '.join(OBJECTIVES)}")
-        if self.max_seq_length < 5:
-            raise BertkitError(f"max_seq_length must be >= 5, got {self.max_seq_length}")
+        if not 5 <= self.max_seq_length <= MAX_POSITIONS:
+            raise BertkitError(f"max_seq_length must be between 5 and {MAX_POSITIONS} (BERT's "
+                               f"position table), got {self.max_seq_length}")
         if not 0.0 <= self.short_seq_prob <= 1.0:
             raise BertkitError(f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
 

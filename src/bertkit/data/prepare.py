@@ -202,6 +202,8 @@ def _fresh_meta(paths: Sequence[str | os.PathLike], tokenizer, config: PrepareCo
 def _open_output(out: Path, fresh: dict, resume: bool, overwrite: bool) -> dict:
     """The meta to continue from: the existing one (--resume) or `fresh`; removes partial shards
     (a temporary directory, or a shard renamed into place but not yet recorded)."""
+    if out.exists() and not out.is_dir():
+        raise BertkitError(f"{out}: exists and is not a folder; choose a new --output folder")
     entries = list(out.iterdir()) if out.is_dir() else []
     if any(not _is_ours(e) for e in entries) and not (out / shard_io.META_NAME).exists():
         raise BertkitError(f"{out}: exists and holds other files; choose an empty --output")
@@ -238,6 +240,8 @@ def prepare(
     The output is byte-identical for any `workers`; `resume` continues a killed run (finished
     shards are kept, their chunks skipped, the partial shard re-done)."""
     out = Path(output_dir)
+    if workers < 1:
+        raise BertkitError(f"--workers must be at least 1, got {workers}")
     meta = _open_output(out, _fresh_meta(paths, tokenizer, config), resume, overwrite)
     if meta["complete"]:
         logger.info("%s: already complete (%d instances)", out, meta["num_instances"])

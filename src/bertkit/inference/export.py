@@ -57,11 +57,18 @@ class ExportReport:
                 f"{self.max_abs_diff:.2e} (<= {TOLERANCE:g}) on batches {shapes}")
 
 
+# The opsets the TorchScript exporter covers for this graph (scaled_dot_product_attention and
+# the int64 attention-mask arithmetic need 14; torch 2.13 exports up to 20).
+MIN_OPSET, MAX_OPSET = 14, 20
+
+
 def export_onnx(model: str | os.PathLike | BertModel, path: str | os.PathLike, opset: int = 17,
                 validate: bool = True) -> ExportReport:
     """Write `model` (a directory or a BertModel) to `path` as ONNX; with `validate` and
     onnxruntime installed, compare with PyTorch on padded batches of two shapes and raise
     BertkitError beyond TOLERANCE."""
+    if not MIN_OPSET <= opset <= MAX_OPSET:  # outside this, the exporter fails deep inside
+        raise BertkitError(f"--opset must be between {MIN_OPSET} and {MAX_OPSET}, got {opset}")
     # a copy: the caller's model keeps its device, dtype and mode
     model = copy.deepcopy(model) if isinstance(model, nn.Module) else BertModel.from_pretrained(model)
     # eval on the wrapper itself: the exporter restores the wrapper's mode on the whole tree

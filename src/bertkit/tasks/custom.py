@@ -42,13 +42,20 @@ def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
             return [(n, json_object(line, f"{path}:{n}")) for n, line in enumerate(f, start=1)
                     if line.strip()]
         if suffix == ".csv":
-            reader = csv.DictReader(f)
-            return [(reader.line_num, row) for row in reader]
-        lines = [(n, line.rstrip("\r\n").split("\t")) for n, line in enumerate(f, start=1)
-                 if line.strip()]
+            reader = csv.reader(f)
+            lines = [(reader.line_num, fields) for fields in reader if any(x.strip() for x in fields)]
+        else:
+            lines = [(n, line.rstrip("\r\n").split("\t")) for n, line in enumerate(f, start=1)
+                     if line.strip()]
     if not lines:
         return []
     header = lines[0][1]
+    for n, fields in lines[1:]:
+        if len(fields) != len(header):
+            kind = "comma" if suffix == ".csv" else "tab"
+            raise BertkitError(f"{path}:{n}: expected {len(header)} {kind}-separated fields "
+                               f"({', '.join(header)}), found {len(fields)}; a {kind} inside a "
+                               "text shifts the columns")
     return [(n, dict(zip(header, fields))) for n, fields in lines[1:]]
 
 

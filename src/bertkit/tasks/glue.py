@@ -53,6 +53,8 @@ class ClassificationTask(Task):
     def featurize(self, examples: Sequence[TextExample], tokenizer: Any, settings: FeatureSettings,
                   label2id: dict[str, int] | None, train: bool) -> list[Feature]:
         has_pairs = bool(examples) and examples[0].text_b is not None
+        for example in examples:
+            require_text(example, has_pairs)
         pairs = [e.text_b or "" for e in examples] if has_pairs else None
         encodings = tokenizer.encode_batch([e.text_a for e in examples], pairs,
                                            max_length=settings.max_seq_length)
@@ -125,6 +127,15 @@ class ClassificationTask(Task):
         if self.labels is not None:
             return self.labels
         return sorted({str(e.label) for e in examples if e.label is not None}, key=_label_order)
+
+
+def require_text(example: TextExample, has_pairs: bool) -> None:
+    """An empty sentence is a broken row, not data: training or scoring on it would be silently
+    wrong, so it is an error naming the file and line."""
+    for name, text in (("text", example.text_a), ("pair", example.text_b if has_pairs else "-")):
+        if text is None or not str(text).strip():
+            raise BertkitError(f"{example.where or example.guid}: empty {name}; every example needs "
+                               "non-empty text (fix or remove the row)")
 
 
 def _label_order(label: str) -> tuple[int, float | str]:

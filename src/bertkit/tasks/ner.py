@@ -45,8 +45,14 @@ class TaggedSentence:
     where: str = ""
 
 
-def read_conll(path: Path) -> list[TaggedSentence]:
-    """Sentences of a CoNLL file; `-DOCSTART-` lines and their blank lines are skipped."""
+# The entity types a data set defines: a tag of another type is a typo in the file, and learning
+# it as one more class would be silently wrong (CoNLL-2003: Tjong Kim Sang & De Meulder, 2003).
+ENTITY_TYPES = {"conll2003": ("PER", "LOC", "ORG", "MISC")}
+
+
+def read_conll(path: Path, types: Sequence[str] | None = None) -> list[TaggedSentence]:
+    """Sentences of a CoNLL file; `-DOCSTART-` lines and their blank lines are skipped. With
+    `types`, a tag of any other entity type is an error naming its line."""
     require_file(path, "a CoNLL-format file")
     sentences: list[TaggedSentence] = []
     words: list[str] = []
@@ -66,6 +72,9 @@ def read_conll(path: Path) -> list[TaggedSentence]:
             if not _TAG.match(cols[-1]):
                 raise BertkitError(f"{path}:{number}: {cols[-1]!r} is not an IOB tag "
                                    f"(expected O, B-TYPE or I-TYPE)")
+            if types is not None and cols[-1] != "O" and cols[-1][2:] not in types:
+                raise BertkitError(f"{path}:{number}: unknown entity type in tag {cols[-1]!r}; "
+                                   f"expected one of {', '.join(types)}")
             first = first if words else number
             words.append(cols[0])
             tags.append(cols[-1])
@@ -95,7 +104,7 @@ class NerTask(Task):
         return data_dir / f"{name}.txt"
 
     def read(self, path: Path) -> list[TaggedSentence]:
-        return read_conll(path)
+        return read_conll(path, ENTITY_TYPES.get(self.name))
 
     def discover_labels(self, examples: Sequence[TaggedSentence]) -> list[str]:
         found = {t for e in examples for t in (e.tags or ())} - {"O"}

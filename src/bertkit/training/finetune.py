@@ -30,7 +30,7 @@ from torch import nn
 from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.errors import BertkitError
 from bertkit.heads import HEAD_CLASSES
-from bertkit.io import atomic_write_text, claim_output_dir
+from bertkit.io import atomic_write_text, check_output_dir, claim_output_dir
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task, get_task
 from bertkit.tasks.base import run_model, split_dev
 from bertkit.tasks.feature_based import load_feature_model
@@ -277,14 +277,15 @@ def run_one(cfg: FinetuneConfig) -> dict[str, Any]:
     out = Path(cfg.output_dir)
     task = build_task(cfg)
     check_model_dir(cfg.model_dir)  # before the output folder is claimed
-    resumed = claim_output_dir(out, RUN_MARKER, run_settings(cfg), cfg.train.resume,
-                               inputs=[cfg.model_dir])
-    if resumed and (out / "metrics.json").is_file():
+    if cfg.train.resume and (out / "metrics.json").is_file():
+        claim_output_dir(out, RUN_MARKER, run_settings(cfg), True, inputs=[cfg.model_dir])
         log.info("%s: finished earlier, kept", out)
         return json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    check_output_dir(out, RUN_MARKER, run_settings(cfg), cfg.train.resume, inputs=[cfg.model_dir])
     settings = cfg.settings(task)
     tokenizer = BertTokenizer.from_pretrained(cfg.model_dir)
-    data = prepare_data(task, cfg, tokenizer, settings)
+    data = prepare_data(task, cfg, tokenizer, settings)  # bad data fails before anything is written
+    claim_output_dir(out, RUN_MARKER, run_settings(cfg), cfg.train.resume, inputs=[cfg.model_dir])
     model = load_model(task, cfg.model_dir, data.labels, cfg)
     check_vocab(model.config, tokenizer.vocab_size, cfg.model_dir)
     loop_cfg = dataclasses.replace(train_config(cfg, len(data.train.features)),
