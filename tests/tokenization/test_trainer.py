@@ -12,9 +12,8 @@ import pytest
 from bertkit.errors import BertkitError
 from bertkit.tokenization import BertTokenizer, pretokenize
 from bertkit.tokenization.counting import count_words
+from bertkit.tokenization.merges import _SHIFT, Merger, likelihood_gain
 from bertkit.tokenization.trainer import (
-    _SHIFT,
-    Merger,
     TrainerConfig,
     save_vocab,
     train_from_counts,
@@ -29,7 +28,7 @@ from bertkit.tokenization.trainer import (
 # pair counts: (h ##u) 15, (p ##u) 17, (b ##u) 4, (##u ##g) 20, (##u ##n) 16, (##g ##s) 5
 HUG = {"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}
 
-# Likelihood, score = count(ab) / (count(a) count(b)); ties by pair count, then (a, b) order.
+# PMI, score = count(ab) / (count(a) count(b)); ties by pair count, then (a, b) order.
 # 1. Every pair containing ##u scores exactly 1/36 (e.g. 15/(15*36)); (##g ##s) = 5/(20*5) =
 #    1/20 wins although it is the second rarest pair.                       -> ##gs
 # 2. Now ##g 15, ##s 0, new pair (##u ##gs) 5 = 5/(36*5). All six pairs score exactly 1/36:
@@ -43,9 +42,22 @@ HUG = {"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}
 # 7. (bu ##n) = 0.0625 beats (pu ##g) = 5/(17*5) = 0.0588 and (pu ##n) 12/(17*16). -> bun
 # 8. ##n 12: (pu ##n) = 12/(17*12) = 1/17 = (pu ##g) = 5/(17*5); count 12 > 5. -> pun
 # 9. (pu ##g) is the last pair.                                             -> pug
-LIKELIHOOD_MERGES = [
+PMI_MERGES = [
     ("##g", "##s"), ("p", "##u"), ("h", "##u"), ("b", "##u"), ("hu", "##gs"),
     ("hu", "##g"), ("bu", "##n"), ("pu", "##n"), ("pu", "##g"),
+]
+# Likelihood (the default): the exact gain of the unigram log-likelihood sum_u c_u log(c_u / N),
+# F(x) = x log x, gain = F(c_a - n) - F(c_a) + F(c_b - n) - F(c_b) + F(n) - F(N - n) + F(N).
+# 1. N 113: (##u ##g) 28.0 > (p ##u) 23.0 > (##u ##n) 21.4 > (h ##u) 19.8.      -> ##ug
+# 2. N 93, ##u 16: (##u ##n) takes every ##u left: 42.7 > (h ##ug) 29.8.         -> ##un
+# 3. N 77: (h ##ug) 26.7 > (p ##un) 14.0 > (##ug ##s) 7.3.                       -> hug
+# 4. N 62: (p ##un) 11.2 > (hug ##s) 7.8 > (p ##ug) 7.1 > (b ##un) 5.8.          -> pun
+# 5. N 50, p 5: (p ##ug) 16.3 > (b ##un) 13.9 > (hug ##s) 6.7 (BPE, tied at 5,
+#    takes hug ##s here).                                                        -> pug
+# 6. N 45: (b ##un) 13.5 > (hug ##s) 6.1.  7. (hug ##s) 5.7.
+LIKELIHOOD_MERGES = [
+    ("##u", "##g"), ("##u", "##n"), ("h", "##ug"), ("p", "##un"), ("p", "##ug"),
+    ("b", "##un"), ("hug", "##s"),
 ]
 # Frequency (BPE): the most frequent pair, ties by (a, b) order.
 # 1. (##u ##g) 20.  Left: (h ##ug) 15, (p ##ug) 5, (p ##u) 12, (##u ##n) 16, (b ##u) 4, (##ug ##s) 5
@@ -65,9 +77,24 @@ def _config(**changes) -> TrainerConfig:
     return TrainerConfig(**{"vocab_size": 100, "min_frequency": 1, **changes})
 
 
-def test_likelihood_merge_sequence_is_exact():
-    result = train_from_counts(HUG, _config(criterion="likelihood"))
+def test_default_likelihood_merge_sequence_is_exact():
+    result = train_from_counts(HUG, _config())
+    assert TrainerConfig().criterion == "likelihood"
     assert result.merges == LIKELIHOOD_MERGES
+    assert result.pieces == ["##ug", "##un", "hug", "pun", "pug", "bun", "hugs"]
+
+
+def test_deprecated_gain_is_the_likelihood_criterion(caplog):
+    with caplog.at_level(logging.WARNING):
+        config = _config(criterion="gain")
+    assert config.criterion == "likelihood"
+    assert "'gain' is deprecated: it is now called 'likelihood'" in caplog.text
+    assert train_from_counts(HUG, config).merges == LIKELIHOOD_MERGES
+
+
+def test_pmi_merge_sequence_is_exact():
+    result = train_from_counts(HUG, _config(criterion="pmi"))
+    assert result.merges == PMI_MERGES
     # specials, word-initial characters and ## characters (by character frequency), pieces
     assert result.vocab == SPECIALS + ["p", "h", "b", "##u", "##g", "##n", "##s"] + [
         "##gs", "pu", "hu", "bu", "hugs", "hug", "bun", "pun", "pug"]
@@ -81,7 +108,7 @@ def test_frequency_merge_sequence_is_exact_and_differs():
 
 def test_vocab_size_stops_the_merges():
     # 5 specials + 2 reserved + 7 characters + 3 pieces
-    result = train_from_counts(HUG, _config(vocab_size=17, reserved=2))
+    result = train_from_counts(HUG, _config(vocab_size=17, reserved=2, criterion="pmi"))
     assert result.vocab[5:7] == ["[unused0]", "[unused1]"]
     assert result.pieces == ["##gs", "pu", "hu"] and len(result.vocab) == 17
     assert not result.stopped_early
@@ -93,7 +120,7 @@ def test_min_frequency_blocks_rare_pairs():
     # Then (##u ##n) = 16/(16*16) = 0.0625 > (h ##ug) = 15/(15*20) = 0.05 > (p ##u) 12/(17*16).
     # Then (h ##ug) 0.05 > (p ##un) = 12/(17*16) = 0.044; then (p ##un); the rest have count
     # <= 5: (p ##ug) 5, (hug ##s) 5, (b ##un) 4.
-    result = train_from_counts(HUG, _config(min_frequency=6))
+    result = train_from_counts(HUG, _config(min_frequency=6, criterion="pmi"))
     assert result.merges == [("##u", "##g"), ("##u", "##n"), ("h", "##ug"), ("p", "##un")]
     assert result.stopped_early
 
@@ -101,13 +128,13 @@ def test_min_frequency_blocks_rare_pairs():
 def test_stops_early_with_a_notice(caplog):
     with caplog.at_level(logging.WARNING):
         result = train_from_counts(HUG, _config(vocab_size=1000))
-    assert result.stopped_early and len(result.vocab) == 21
-    assert "final vocabulary size 21 (requested 1000)" in caplog.text
+    assert result.stopped_early and len(result.vocab) == 19  # 5 + 7 characters + 7 pieces
+    assert "final vocabulary size 19 (requested 1000)" in caplog.text
 
 
 def test_result_does_not_depend_on_word_order():
     reordered = dict(reversed(list(HUG.items())))
-    for criterion in ("likelihood", "frequency"):
+    for criterion in ("likelihood", "pmi", "frequency"):
         assert (train_from_counts(reordered, _config(criterion=criterion)).vocab
                 == train_from_counts(HUG, _config(criterion=criterion)).vocab)
 
@@ -117,14 +144,16 @@ def _brute_force_best(merger: Merger, minimum: int) -> int | None:
 
     def priority(key: int) -> tuple:
         a, b = divmod(key, _SHIFT)
-        score = merger._score(pairs[key], a, b, counts)
+        n, ca, cb = pairs[key], counts[a], counts[b]
+        score = {"likelihood": likelihood_gain(n, ca, cb, sum(counts), a == b),
+                 "pmi": n / (ca * cb), "frequency": n}[merger.criterion]
         return (-score, -pairs[key], merger.units[a], merger.units[b])
 
     candidates = [key for key, count in pairs.items() if count >= minimum]
     return min(candidates, key=priority) if candidates else None
 
 
-@pytest.mark.parametrize("criterion", ["likelihood", "frequency", "gain"])
+@pytest.mark.parametrize("criterion", ["likelihood", "pmi", "frequency"])
 def test_incremental_statistics_match_a_full_recount(criterion):
     """Random corpora over a tiny alphabet (lots of overlaps such as 'a a a' and repeated
     spellings): after every merge the incremental counts equal a recount, and the chosen pair
@@ -155,15 +184,15 @@ def _log_likelihood(merger: Merger) -> float:
     return sum(c * math.log(c / total) for c in counts if c)
 
 
-def test_gain_is_the_exact_change_of_log_likelihood():
+def test_likelihood_score_is_the_exact_change_of_log_likelihood():
     # First merge on HUG (N = 113 units): (##u ##g) gains 28.1 nats, (p ##u) 22.9, (##u ##n)
     # 21.4, (h ##u) 19.8, (##g ##s) 9.2: unlike the ratio score, the gain grows with the count.
-    assert train_from_counts(HUG, _config(criterion="gain")).merges[0] == ("##u", "##g")
+    assert train_from_counts(HUG, _config()).merges[0] == ("##u", "##g")
     rng = random.Random(5)
     words = {"".join(rng.choice("abcd") for _ in range(rng.randint(2, 8))): rng.randint(1, 9)
              for _ in range(40)}
     units = sorted({w[0] for w in words}) + sorted({"##" + c for w in words for c in w[1:]})
-    merger = Merger(words, units, "gain", 1)
+    merger = Merger(words, units, "likelihood", 1)
     for _ in range(15):
         key = merger.pop_best()
         a, b = divmod(key, _SHIFT)
@@ -188,7 +217,7 @@ def _sample_text() -> list[str]:
     return lines
 
 
-@pytest.mark.parametrize("criterion", ["likelihood", "frequency", "gain"])
+@pytest.mark.parametrize("criterion", ["likelihood", "pmi", "frequency"])
 def test_vocabulary_round_trips_through_bert_tokenizer(tmp_path, criterion):
     lines = _sample_text() + ["zebra ✓ x" + "y" * 120 + " qq"]
     # limit_alphabet keeps 24 characters: rare ones ("✓", "東", "京", "z", "q" ...) fall out.

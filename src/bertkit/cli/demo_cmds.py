@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bertkit.cli.common import data_root
 from bertkit.studies.demo import DemoConfig, run
+from bertkit.tokenization.trainer import CRITERIA
 
 D = DemoConfig(Path("."))  # the defaults, defined once in the library
 
@@ -33,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="dropout of the architecture, pre-training and fine-tuning alike")
     p.add_argument("--pretrain-lr", type=float, default=D.pretrain_lr)
     p.add_argument("--vocab-size", type=int, default=D.vocab_size)
-    p.add_argument("--vocab-criterion", choices=("frequency", "likelihood"),
+    p.add_argument("--vocab-criterion", choices=CRITERIA,
                    default=D.vocab_criterion, help="WordPiece merge criterion (docs/ablations.md)")
     p.add_argument("--pretrain-mb", type=float, default=D.pretrain_mb,
                    help="MB of the corpus turned into pre-training instances")

@@ -13,6 +13,7 @@ from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.counting import count_files, expand_inputs, segmentation_stats
 from bertkit.tokenization.trainer import (
     CRITERIA,
+    DEPRECATED_CRITERIA,
     TrainerConfig,
     save_vocab,
     train_from_files,
@@ -34,9 +35,9 @@ def _register_train(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "train",
         help="learn a WordPiece vocabulary from text files",
-        description="Learn a WordPiece vocabulary by likelihood (Google's criterion: merge the "
-        "pair with the highest count(ab) / (count(a) count(b))) or by frequency (BPE). "
-        "Writes vocab.txt and tokenizer_config.json to --output.",
+        description="Learn a WordPiece vocabulary by likelihood (Schuster & Nakajima: merge the "
+        "pair that most increases the unigram log-likelihood of the corpus), by PMI or by "
+        "frequency (BPE). Writes vocab.txt and tokenizer_config.json to --output.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("files", nargs="+", metavar="FILE",
@@ -48,11 +49,13 @@ def _register_train(commands: argparse._SubParsersAction) -> None:
                    help="replace the vocabulary of an earlier `vocab train` into --output")
     p.add_argument("--vocab-size", type=int, default=30522,
                    help="final size, special and reserved tokens included (default 30522)")
-    p.add_argument("--criterion", choices=CRITERIA, default="gain",
-                   help="gain: the exact increase of the unigram log-likelihood (default; the "
-                   "best vocabularies measured, docs/benchmarks.md); likelihood: the ratio "
+    p.add_argument("--criterion", choices=(*CRITERIA, *DEPRECATED_CRITERIA),
+                   default=TrainerConfig.criterion,
+                   help="likelihood: the exact increase of the unigram log-likelihood (the "
+                   "best vocabularies measured, docs/benchmarks.md); pmi: the ratio "
                    "count(ab) / (count(a) count(b)), which at small sizes leaves common words "
-                   "split; frequency: count(ab), i.e. BPE")
+                   "split (called 'likelihood' before v2); frequency: count(ab), i.e. BPE; "
+                   "gain: deprecated name of likelihood")
     p.add_argument("--min-frequency", type=int, default=2,
                    help="never merge a pair seen fewer times than this (default 2)")
     p.add_argument("--limit-alphabet", type=int, default=1000,

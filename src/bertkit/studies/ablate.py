@@ -31,6 +31,7 @@ from bertkit.studies.report import (
 from bertkit.studies.results import Progress, ResultsStore, calibrate, last_eval, run_cells
 from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization.trainer import TrainerConfig
 from bertkit.training.finetune import FinetuneConfig, finetune_train_config
 from bertkit.training.pretrain import PretrainConfig, pretrain_train_config
 
@@ -59,7 +60,7 @@ class AblationConfig:
     model: str = "tiny"  # the objectives study's architecture
     tokenizer: str | None = None  # an existing vocabulary; None: learn one from the corpus
     vocab_size: int = 8000
-    vocab_criterion: str = "frequency"  # see pipeline.learn_vocabulary for why not "likelihood"
+    vocab_criterion: str = TrainerConfig.criterion  # the trainer's default (likelihood)
     max_seq_length: int = 128
     dropout: float = 0.1  # of every variant's architecture, pre-training and fine-tuning alike
     dupe_factor: int = 1

@@ -29,6 +29,7 @@ from bertkit.studies.probe import drift_table, layer_drift
 from bertkit.studies.report import format_mean_std, plot_bars, plot_curves, read_jsonl, write_markdown
 from bertkit.studies.results import Progress, ResultsStore, calibrate, last_eval, run_cells
 from bertkit.tokenization import BertTokenizer
+from bertkit.tokenization.trainer import TrainerConfig
 from bertkit.training.finetune import FinetuneConfig, finetune_train_config
 from bertkit.training.pretrain import PretrainConfig, pretrain_train_config
 
@@ -63,7 +64,7 @@ class DemoConfig:
     dropout: float = 0.1  # of the architecture, pre-training and fine-tuning alike
     pretrain_lr: float = 1e-3
     vocab_size: int = 8000
-    vocab_criterion: str = "frequency"  # see docs/ablations.md
+    vocab_criterion: str = TrainerConfig.criterion  # the trainer's default (likelihood)
     pretrain_mb: float = 20.0  # MB of the corpus turned into pre-training instances
     seeds: int = 3  # fine-tuning seeds per model
     train_examples: int = 2000  # SST-2 training subset

@@ -42,12 +42,11 @@ log = logging.getLogger(__name__)
 
 
 def learn_vocabulary(corpus: Sequence[str | os.PathLike], out_dir: str | os.PathLike,
-                     vocab_size: int, criterion: str = "frequency", workers: int = 1,
+                     vocab_size: int, criterion: str = TrainerConfig.criterion, workers: int = 1,
                      progress: bool = True):
-    """WordPiece vocabulary learned from `corpus`, cached in `out_dir`. The default merge
-    criterion is "frequency": at 8k pieces the "likelihood" score count(ab) / (count(a) count(b))
-    favours rare pairs and leaves words as common as "the" split into characters
-    (docs/ablations.md), which starves a small model of whole words."""
+    """WordPiece vocabulary learned from `corpus`, cached in `out_dir`, by the trainer's default
+    criterion (the likelihood gain: on a par with BPE at 8k, docs/benchmarks.md; the "pmi"
+    score leaves words as common as "the" split, which starves a small model of whole words)."""
     out = Path(out_dir)
     if not (out / "vocab.txt").is_file():
         t0 = time.perf_counter()
