@@ -1,0 +1,140 @@
+"""The README's quickstart runs as written, in order, on a fresh checkout.
+
+Every line of the ```bash block under "## Quickstart" runs in one folder laid out like a clone
+(`../shared/data` beside it), as `bash -c LINE` with `.venv/bin` first on PATH and `$M` set by the
+block's own first line. The data are small copies of the real files (the first rows of each GLUE
+set, the first articles of SQuAD, the first 40 KB of three books), made in a temporary folder,
+never in the repository. Only budgets are scaled down, each listed in SCALED below; a line that
+the table does not name runs exactly as written. `bertkit serve` is started, asked for /health
+and stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TIMEOUT = 300
+
+# (pattern, replacement) applied to a command line: the budgets of the long commands.
+SCALED = [
+    (r"--max-steps 2000", "--max-steps 6"),
+    (r"--budget-minutes 10", "--budget-minutes 0.05"),
+    (r"^(bertkit ablate .*)$", r"\1 --seeds 1 --max-train-examples 16 --max-eval-examples 16 "
+                               r"--epochs 1 --budget-minutes 0.05 --vocab-size 300 --no-progress"),
+    (r"^(bertkit demo .*?)(\s+#.*)?$", r"\1 --budget-minutes 0.05 --vocab-size 300 --seeds 1 "
+                                       r"--train-examples 16 --dev-examples 16 --epochs 1 "
+                                       r"--pretrain-mb 0.05 --no-reference --no-progress"),
+]
+
+
+def quickstart_lines(readme: str) -> list[str]:
+    """The commands of the quickstart block: continuations joined, comments and blanks dropped."""
+    section = readme.split("## Quickstart", 1)[1]
+    block = section.split("```bash", 1)[1].split("```", 1)[0]
+    joined = re.sub(r"\\\n\s*", " ", block)
+    return [line.strip() for line in joined.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def scaled(line: str) -> str:
+    for pattern, replacement in SCALED:
+        line = re.sub(pattern, replacement, line)
+    return line
+
+
+def head_lines(src: Path, dst: Path, n: int) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with open(src, encoding="utf-8") as f:
+        dst.write_text("".join(line for _, line in zip(range(n), f)), encoding="utf-8")
+
+
+def small_data(shared: Path, root: Path) -> None:
+    """root/shared/data: the first rows, articles and kilobytes of the real data sets."""
+    data = root / "shared" / "data"
+    for book in ("carroll-alice.txt", "paine-common_sense.txt", "conrad-heart_of_darkness.txt"):
+        (data / "books").mkdir(parents=True, exist_ok=True)
+        raw = (shared / "books" / book).read_bytes()[:40_000]
+        (data / "books" / book).write_bytes(raw)
+    for task, rows in (("SST-2", 48), ("MRPC", 40), ("RTE", 40)):
+        for split in ("train", "dev"):
+            head_lines(shared / "glue" / task / f"{split}.tsv", data / "glue" / task / f"{split}.tsv",
+                       rows)
+    squad = json.loads((shared / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    articles = [{**a, "paragraphs": a["paragraphs"][:3]} for a in squad["data"][:4]]
+    (data / "squad").mkdir(parents=True)
+    (data / "squad" / "dev-v1.1.json").write_text(json.dumps({**squad, "data": articles}),
+                                                  encoding="utf-8")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_server(line: str, cwd: Path, env: dict) -> None:
+    """Starts a `bertkit serve` line on a free port, waits for /health, stops it."""
+    port = free_port()
+    line = re.sub(r"--port \d+", f"--port {port}", line)
+    proc = subprocess.Popen(["bash", "-c", f"exec {line}"], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"$ {line}\nexited {proc.returncode}:\n{proc.stdout.read()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    assert r.status == 200
+                    return
+            except OSError:
+                time.sleep(0.5)
+        pytest.fail(f"$ {line}\nno answer on /health within 120 s")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_readme_quickstart_runs_as_written(shared_data, minilm_path, tmp_path):
+    lines = quickstart_lines((REPO / "README.md").read_text(encoding="utf-8"))
+    assert lines[0].startswith("M=$(") and len(lines) > 20
+    small_data(shared_data, tmp_path)
+    clone = tmp_path / "bertkit"
+    clone.mkdir()
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("BERTKIT_DATA", None)
+    env["M"] = subprocess.run(["bash", "-c", f"{lines[0]} && echo $M"], cwd=clone, env=env,
+                              capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(env["M"]) == minilm_path
+    assert shutil.which("bertkit", path=env["PATH"])
+    for line in lines[1:]:
+        command = scaled(line)
+        if command.startswith("bertkit serve"):
+            run_server(command, clone, env)
+            continue
+        proc = subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True,
+                              text=True, timeout=TIMEOUT)
+        assert proc.returncode == 0, (f"README line failed:\n$ {line}\n(ran: {command})\nexit "
+                                      f"{proc.returncode}\n{proc.stderr[-3000:]}")
+    for made in ("runs/vocab/vocab.txt", "runs/pt/model/model.safetensors", "runs/sst2/metrics.json",
+                 "runs/mrpc", "runs/squad/metrics.json", "vectors.npy", "features.jsonl",
+                 "minilm.onnx", "demo-report/REPORT.md"):
+        assert (clone / made).exists(), f"{made} was not written"
