@@ -17,12 +17,14 @@ binary files, and skips (and counts) empty documents.
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import blingfire
 
@@ -81,16 +83,26 @@ def _check_not_binary(path: Path, head: bytes) -> None:
                            "expected UTF-8 text")
 
 
-def read_lines(path: str | Path, stats: CorpusStats) -> Iterator[tuple[int, str]]:
-    """(line number, text) pairs without line ends; invalid UTF-8 replaced and counted."""
+def open_bytes(path: str | Path) -> BinaryIO:
+    """`path` opened for reading bytes; a ``.gz`` file is decompressed on the fly."""
     path = Path(path)
     if path.is_dir():
         raise BertkitError(f"{path}: is a directory; pass the files in it (e.g. {path}/*.txt)")
     try:
         f = open(path, "rb")
-    except OSError as err:
-        raise BertkitError(f"{path}: cannot read ({err.strerror or err})") from err
-    with f:
+        if path.suffix.lower() != ".gz":
+            return f
+        gz = gzip.GzipFile(fileobj=f)
+        gz.peek(1)  # a file that is not gzip fails here, with a clear error below
+        return gz
+    except (OSError, EOFError) as err:
+        raise BertkitError(f"{path}: cannot read ({getattr(err, 'strerror', None) or err})") from err
+
+
+def read_lines(path: str | Path, stats: CorpusStats) -> Iterator[tuple[int, str]]:
+    """(line number, text) pairs without line ends; invalid UTF-8 replaced and counted."""
+    path = Path(path)
+    with open_bytes(path) as f:
         _check_not_binary(path, f.read(SNIFF_BYTES))
         f.seek(0)
         for lineno, raw in enumerate(f, start=1):
@@ -108,13 +120,14 @@ def read_lines(path: str | Path, stats: CorpusStats) -> Iterator[tuple[int, str]
 def sniff_format(path: str | Path) -> str:
     """Guess a file's format from its name and first 64 KiB."""
     path = Path(path)
-    if path.suffix.lower() in (".jsonl", ".ndjson"):
+    name = path.name.lower().removesuffix(".gz")
+    if name.endswith((".jsonl", ".ndjson")):
         return "jsonl"
-    try:
-        with open(path, "rb") as f:
+    with open_bytes(path) as f:
+        try:
             head = f.read(SNIFF_BYTES)
-    except OSError as err:
-        raise BertkitError(f"{path}: cannot read ({err.strerror or err})") from err
+        except (OSError, EOFError) as err:
+            raise BertkitError(f"{path}: cannot read ({err})") from err
     _check_not_binary(path, head)
     lines = head.decode("utf-8", errors="replace").removeprefix("\ufeff").splitlines()
     lines = [ln.rstrip("\r") for ln in lines[:-1] or lines]  # the last may be cut short

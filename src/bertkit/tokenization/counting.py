@@ -1,10 +1,18 @@
 """Streaming word counts for the vocabulary trainer.
 
 The trainer needs only how often each distinct word occurs, so memory is bounded by the number
-of distinct words, never by the corpus size: files are read line by line, lines are batched and
-pre-tokenized with exactly the basic tokenizer `BertTokenizer` uses (:func:`pretokenize`), and
-the words go into a `Counter`. Files can be counted in parallel, one file per task; counts are
-summed, and the sum does not depend on the order the files finish in.
+of distinct words, never by the corpus size (and with ``max_words`` by a fixed cap: rare words
+are pruned, as word2vec and fastText do). Files are read in blocks of a few MB (``.gz`` files
+are decompressed on the fly).
+
+Fast and exact: a block is split on whitespace by Python (C speed) and the whitespace-free
+*chunks* are counted; only each distinct chunk then goes through BERT's basic tokenizer (the
+`tokenizers` BertNormalizer + BertPreTokenizer, Rust; :func:`chunk_words`), and its words get
+the chunk's count. The basic tokenizer maps every whitespace character to a space and splits
+there, so splitting on whitespace first changes nothing, except for the characters Python
+calls whitespace that BERT *deletes* as control characters (``_DELETED``, e.g. U+000B, U+001C,
+U+0085): they are deleted first. Files are counted in parallel, one file per task; the counts
+are added in file order, so the result is the same for any number of workers.
 
 Input formats: plain text and one-sentence-per-line text (every non-blank line is a text; blank
 lines are document breaks, which do not matter for counting) and JSONL (one JSON object per
@@ -20,13 +28,24 @@ import glob
 import logging
 import multiprocessing
 import os
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bertkit.data.corpus import CorpusStats, read_jsonl, read_lines, sniff_format
+from bertkit.data.corpus import (
+    BOM,
+    SNIFF_BYTES,
+    CorpusStats,
+    _check_not_binary,
+    _invalid_bytes,
+    open_bytes,
+    read_jsonl,
+    read_lines,
+    sniff_format,
+)
 from bertkit.errors import BertkitError
 from bertkit.tokenization.basic import pretokenize
 
@@ -35,10 +54,72 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Texts are joined with "\n" into batches of about this many characters before pre-tokenizing:
-# one call into the (Rust) basic tokenizer per batch instead of per line. Newline is whitespace
+# Texts are joined with "\n" into batches of about this many characters. Newline is whitespace
 # to the basic tokenizer, so no word can straddle two texts.
 _BATCH_CHARS = 1 << 20
+_BLOCK_BYTES = 1 << 22  # plain text is read in blocks of this size, cut at a line end
+# Python whitespace that BERT's cleaning deletes (control characters), so no word boundary.
+_DELETED = dict.fromkeys(map(ord, "\x0b\x0c\x1c\x1d\x1e\x1f\x85"))
+_DELETED_RE = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
+_FLUSH_CHUNKS = 1 << 19  # distinct chunks held before they are turned into words
+_CACHE_LIMIT = 1 << 20  # distinct chunks whose words are remembered (per process)
+_chunk_cache: dict[tuple[str, bool], tuple[str, ...]] = {}
+
+
+def chunk_words(chunk: str, do_lower_case: bool = True) -> tuple[str, ...]:
+    """The basic tokenizer's words of one whitespace-free chunk (cached per process)."""
+    key = (chunk, do_lower_case)
+    words = _chunk_cache.get(key)
+    if words is None:
+        if len(_chunk_cache) >= _CACHE_LIMIT:
+            _chunk_cache.clear()
+        words = _chunk_cache[key] = tuple(pretokenize(chunk, do_lower_case))
+    return words
+
+
+class WordCounter:
+    """Word counts of a stream of texts, in bounded memory.
+
+    `max_words` caps the distinct words held: past it, words seen fewer than k times are
+    dropped, with k raised until at most half the cap is left (the counts of dropped words
+    restart from 0 if they come back). None keeps every word.
+    """
+
+    def __init__(self, do_lower_case: bool = True, max_words: int | None = None) -> None:
+        self.do_lower_case = do_lower_case
+        self.max_words = max_words
+        self.chunks: Counter[str] = Counter()
+        self.words: Counter[str] = Counter()
+        self.pruned_below = 0  # the highest k used to prune, 0 when nothing was pruned
+
+    def add_text(self, text: str) -> None:
+        if _DELETED_RE.search(text):
+            text = text.translate(_DELETED)
+        self.chunks.update(text.split())
+        if len(self.chunks) >= _FLUSH_CHUNKS:
+            self.flush()
+
+    def add_counts(self, words: Mapping[str, int]) -> None:
+        """Add the word counts of another counter (e.g. of one file)."""
+        self.words.update(words)
+        self._prune()
+
+    def flush(self) -> Counter[str]:
+        """Turn the chunks seen so far into words; returns the word counts."""
+        words, lower = self.words, self.do_lower_case
+        for chunk, freq in self.chunks.items():
+            for word in chunk_words(chunk, lower):
+                words[word] += freq
+        self.chunks = Counter()
+        self._prune()
+        return words
+
+    def _prune(self) -> None:
+        if self.max_words is None or len(self.words) <= self.max_words:
+            return
+        while len(self.words) > self.max_words // 2:
+            self.pruned_below += 1
+            self.words = Counter({w: f for w, f in self.words.items() if f >= self.pruned_below + 1})
 
 
 @dataclass
@@ -91,9 +172,8 @@ def iter_file_texts(path: Path, stats: CorpusStats) -> Iterator[str]:
             yield line
 
 
-def count_words(texts: Iterable[str], do_lower_case: bool = True) -> Counter[str]:
-    """How often each word of `texts` occurs after BERT's basic tokenization."""
-    counts: Counter[str] = Counter()
+def _batches(texts: Iterable[str]) -> Iterator[str]:
+    """`texts` joined with newlines into batches of about `_BATCH_CHARS` characters."""
     batch: list[str] = []
     size = 0
     for text in texts:
@@ -102,18 +182,65 @@ def count_words(texts: Iterable[str], do_lower_case: bool = True) -> Counter[str
         batch.append(text)
         size += len(text)
         if size >= _BATCH_CHARS:
-            counts.update(pretokenize("\n".join(batch), do_lower_case))
+            yield "\n".join(batch)
             batch, size = [], 0
     if batch:
-        counts.update(pretokenize("\n".join(batch), do_lower_case))
-    return counts
+        yield "\n".join(batch)
 
 
-def count_file(path: str | os.PathLike, do_lower_case: bool = True) -> FileCount:
-    """Word counts of one file (plain text or JSONL), streaming."""
-    stats = CorpusStats(files=1)
-    words = count_words(iter_file_texts(Path(path), stats), do_lower_case)
-    return FileCount(str(path), words, stats)
+def count_words(
+    texts: Iterable[str], do_lower_case: bool = True, max_words: int | None = None
+) -> Counter[str]:
+    """How often each word of `texts` occurs after BERT's basic tokenization."""
+    counter = WordCounter(do_lower_case, max_words)
+    for batch in _batches(texts):
+        counter.add_text(batch)
+    return counter.flush()
+
+
+def _text_blocks(path: Path, stats: CorpusStats) -> Iterator[str]:
+    """A plain-text file as decoded blocks cut at line ends (invalid UTF-8 as `read_lines`)."""
+    with open_bytes(path) as f:
+        head = f.read(SNIFF_BYTES)
+        _check_not_binary(path, head)
+        rest = head.removeprefix(BOM)
+        while True:
+            block = f.read(_BLOCK_BYTES)
+            data = rest + block
+            cut = data.rfind(b"\n") + 1 if block else len(data)
+            rest = data[cut:]
+            if cut:
+                try:
+                    yield data[:cut].decode("utf-8")
+                except UnicodeDecodeError:
+                    yield "\n".join(_decode_lines(data[:cut], stats))
+            if not block:
+                return
+
+
+def _decode_lines(data: bytes, stats: CorpusStats) -> Iterator[str]:
+    for raw in data.split(b"\n"):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError:
+            stats.invalid_utf8_lines += 1
+            stats.invalid_utf8_bytes += _invalid_bytes(raw)
+            yield raw.decode("utf-8", errors="replace")
+
+
+def count_file(
+    path: str | os.PathLike, do_lower_case: bool = True, max_words: int | None = None
+) -> FileCount:
+    """Word counts of one file (plain text or JSONL, maybe gzipped), streaming."""
+    path, stats = Path(path), CorpusStats(files=1)
+    counter = WordCounter(do_lower_case, max_words)
+    if sniff_format(path) == "jsonl":
+        blocks: Iterable[str] = _batches(iter_file_texts(path, stats))
+    else:
+        blocks = _text_blocks(path, stats)
+    for block in blocks:
+        counter.add_text(block)
+    return FileCount(str(path), counter.flush(), stats)
 
 
 def _report(result: FileCount) -> None:
@@ -130,18 +257,19 @@ def count_files(
     do_lower_case: bool = True,
     workers: int = 1,
     progress: bool = False,
+    max_words: int | None = None,
 ) -> Counter[str]:
     """Summed word counts of `paths`, one file per task on `workers` processes.
 
-    The result is the same for any number of workers: counts are added, and addition does not
-    care which file finished first.
+    The result is the same for any number of workers: each file is counted alone, and the
+    files' counts are added (and pruned, with `max_words`) in the order of `paths`.
     """
     from bertkit.io import progress_bar
 
-    total: Counter[str] = Counter()
+    total = WordCounter(do_lower_case, max_words)
     bar = progress_bar(total=len(paths), unit="file", desc="counting words", disable=not progress)
     if workers <= 1 or len(paths) <= 1:
-        results: Iterable[FileCount] = (count_file(p, do_lower_case) for p in paths)
+        results: Iterable[FileCount] = (count_file(p, do_lower_case, max_words) for p in paths)
         for result in results:
             _absorb(total, result, bar)
     else:
@@ -149,17 +277,19 @@ def count_files(
         # which do not survive a fork.
         context = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-            futures = [pool.submit(count_file, p, do_lower_case) for p in paths]
-            for future in concurrent.futures.as_completed(futures):
+            futures = [pool.submit(count_file, p, do_lower_case, max_words) for p in paths]
+            for future in futures:  # in file order, whatever order they finish in
                 _absorb(total, future.result(), bar)
     bar.close()
-    return total
+    if total.pruned_below:
+        logger.info("--max-words %d: pruned words seen fewer than %d times (per pruning pass)",
+                    max_words, total.pruned_below + 1)
+    return total.words
 
 
-def _absorb(total: Counter[str], result: FileCount, bar: object) -> None:
+def _absorb(total: WordCounter, result: FileCount, bar: object) -> None:
     _report(result)
-    total.update(result.words)
-    bar.set_postfix(words=f"{sum(total.values()):,}", refresh=False)  # type: ignore[attr-defined]
+    total.add_counts(result.words)
     bar.update(1)  # type: ignore[attr-defined]
 
 
