@@ -42,29 +42,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server(minilm_path, sst2_model, tiny_models, tmp_path_factory):
-    """`bertkit serve` in a subprocess on a free loopback port, stopped at the end."""
+def start_server(models: list[Path], log: Path) -> tuple[subprocess.Popen, str]:
+    """`bertkit serve` on a free loopback port; None if it exited before answering (e.g. the
+    port was taken between choosing and binding it), with its log."""
     port = free_port()
-    log = tmp_path_factory.mktemp("serve-log") / "server.log"
-    models = [minilm_path, sst2_model, *(tiny_models[k] for k in ("mlm", "ner", "squad", "swag"))]
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", *map(str, models),
                                  "--port", str(port), "--threads", "2"],
                                 stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    for _ in range(240):
+        if proc.poll() is not None:
+            return None, log.read_text()
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                assert json.load(r)["status"] == "ok"
+            return proc, url
+        except OSError:
+            time.sleep(0.25)
+    proc.terminate()
+    pytest.fail(f"bertkit serve did not answer within 60 s: {log.read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def server(minilm_path, sst2_model, tiny_models, tmp_path_factory):
+    """A live `bertkit serve` (a second try on another port if the first exits), stopped at
+    the end."""
+    log = tmp_path_factory.mktemp("serve-log") / "server.log"
+    models = [minilm_path, sst2_model, *(tiny_models[k] for k in ("mlm", "ner", "squad", "swag"))]
+    proc, url = start_server(models, log)
+    if proc is None:
+        proc, url = start_server(models, log)
+    if proc is None:
+        pytest.fail(f"bertkit serve exited: {url[-2000:]}")
     try:
-        for _ in range(240):
-            if proc.poll() is not None:
-                pytest.fail(f"bertkit serve exited: {log.read_text()}")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=1) as r:
-                    assert json.load(r)["status"] == "ok"
-                break
-            except OSError:
-                time.sleep(0.25)
-        else:
-            pytest.fail(f"bertkit serve did not answer within 60 s: {log.read_text()}")
         yield url
     finally:
         proc.terminate()
