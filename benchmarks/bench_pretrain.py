@@ -80,19 +80,30 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def compare(shape: str, precision: str, B: int, T: int, repeats: int) -> dict:
+def compare(shape: str, precision: str, B: int, T: int, repeats: int, compiled: bool = False) -> dict:
     (ours, opt_o), (ref, opt_r), config = build_pair(shape)
     batch_o, batch_r = make_batch(config, B, T)
-    step_o = make_step(ours, opt_o, batch_o, precision)
-    step_r = make_step(ref, opt_r, batch_r, precision)
-    first = (step_o(), step_r())  # also the warm-up (oneDNN kernel choice, optimizer state)
-    step_o(), step_r()
-    t_o, t_r = [], []
+    steps = {"ours": make_step(ours, opt_o, batch_o, precision),
+             "ref": make_step(ref, opt_r, batch_r, precision)}
+    if compiled:  # a second copy of our model, compiled (as `--compile` does), same weights
+        (twin, opt_c), _, _ = build_pair(shape)
+        start = time.perf_counter()
+        steps["compiled"] = make_step(torch.compile(twin), opt_c, batch_o, precision)
+        steps["compiled"]()
+        print(f"  (torch.compile: first step {time.perf_counter() - start:.1f} s)", flush=True)
+    first = tuple(step() for step in steps.values())  # also the warm-up (kernels, optimizer state)
+    for step in steps.values():
+        step()
+    times: dict[str, list[float]] = {k: [] for k in steps}
     for _ in range(repeats):
-        t_o.append(timed(step_o))
-        t_r.append(timed(step_r))
-    mo, mr = statistics.median(t_o), statistics.median(t_r)
-    return {"ours_s": mo, "ref_s": mr, "ratio": mr / mo, "first_losses": first}
+        for k, step in steps.items():
+            times[k].append(timed(step))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    out = {"ours_s": med["ours"], "ref_s": med["ref"], "ratio": med["ref"] / med["ours"],
+           "first_losses": first[:2]}
+    if compiled:
+        out.update(compiled_s=med["compiled"], compiled_ratio=med["ref"] / med["compiled"])
+    return out
 
 
 def main() -> None:
@@ -104,6 +115,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     ap.add_argument("--quick", action="store_true", help="mini only, B=4, 2 repeats")
+    ap.add_argument("--compile", action="store_true", help="also bertkit under torch.compile")
     args = ap.parse_args()
     if args.quick:
         args.shapes, args.batch, args.repeats = "mini", 4, 2
@@ -114,11 +126,15 @@ def main() -> None:
     tokens = args.batch * args.seq
     for shape in args.shapes.split(","):
         for precision in args.precisions.split(","):
-            r = compare(shape, precision, args.batch, args.seq, args.repeats)
+            r = compare(shape, precision, args.batch, args.seq, args.repeats, args.compile)
             lo, lr_ = r["first_losses"]
             print(f"{shape:5s} {precision}: bertkit {tokens / r['ours_s']:,.0f} tok/s  "
                   f"transformers {tokens / r['ref_s']:,.0f} tok/s  ratio {r['ratio']:.2f}x  "
                   f"(first-step loss {lo:.4f} vs {lr_:.4f})", flush=True)
+            if args.compile:
+                print(f"{shape:5s} {precision}: bertkit compiled {tokens / r['compiled_s']:,.0f} "
+                      f"tok/s  ratio {r['compiled_ratio']:.2f}x  (vs eager bertkit "
+                      f"{r['ours_s'] / r['compiled_s']:.2f}x)", flush=True)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,11 @@ def _add_finetune(subparsers) -> None:
     p.add_argument("--precision", default=FT.train.precision, choices=PRECISIONS,
                    help="auto (default): bf16 where this machine computes it fast, else fp32")
     p.add_argument("--device", default=FT.train.device)
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the model (padded batches; see docs/benchmarks.md)")
+    p.add_argument("--no-packing", action="store_true",
+                   help="random batches and the padded forward (bertkit's behaviour before "
+                   "length-grouped, packed fine-tuning)")
     p.add_argument("--eval-every", type=int, default=0, help="steps between dev evaluations")
     p.add_argument("--no-test-predictions", action="store_true",
                    help="do not label the test file(s) found beside train/dev")
@@ -152,7 +157,7 @@ def finetune_config(args: argparse.Namespace) -> tuple[FinetuneConfig, list[floa
         max_steps=args.max_steps, micro_batch_size=args.micro_batch_size,
         warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
         optimizer=args.optimizer, schedule=args.schedule, precision=args.precision,
-        device=args.device, eval_every=args.eval_every,
+        device=args.device, eval_every=args.eval_every, compile=args.compile,
         resume=args.resume, progress=not args.no_progress)
     for lr in lrs[1:]:
         dataclasses.replace(train, lr=lr)  # each grid value is validated before any work
@@ -162,7 +167,8 @@ def finetune_config(args: argparse.Namespace) -> tuple[FinetuneConfig, list[floa
         split_dev=args.split_dev, max_train_examples=args.max_train_examples,
         freeze_encoder=args.freeze_encoder, features=args.features,
         columns=_columns(args) or ColumnSpec(), predict_test=not args.no_test_predictions,
-        keep_training_state=args.keep_training_state, **_feature_options(args))
+        keep_training_state=args.keep_training_state, group_by_length=not args.no_packing,
+        packed=not args.no_packing, **_feature_options(args))
     for ep in epochs[1:]:
         dataclasses.replace(cfg, epochs=ep)
     return cfg, lrs, epochs
