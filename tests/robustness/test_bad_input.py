@@ -569,6 +569,15 @@ def d_prepare_output_is_existing_file(w: World) -> Spec:
 
 
 @case
+def d_embed_output_is_users_file(w: World) -> Spec:
+    model = w.copy(w.tiny_model, "my-base-model")
+    texts = w.write("texts.txt", "a good movie\n")
+    mine = w.write("my-vectors.npy", b"my earlier vectors")
+    return Spec(["embed", model, "--input", texts, "--output", mine, "--no-progress"],
+                [model, texts, mine], ["my-vectors.npy"])
+
+
+@case
 def d_embed_output_over_model_weights(w: World) -> Spec:
     model = w.copy(w.tiny_model, "my-base-model")
     texts = w.write("texts.txt", "a good movie\n")

@@ -213,6 +213,8 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
 
 
 def predict_cmd(args: argparse.Namespace) -> int:
+    if args.output:
+        check_new_file(args.output, inputs=[args.model] + ([args.input] if args.input else []))
     task = task_of(args.model, args.task, _columns(args))
     if args.input:
         examples = read_input(task, Path(args.input))
@@ -227,7 +229,6 @@ def predict_cmd(args: argparse.Namespace) -> int:
     lines = [json.dumps(task.output_record(e, p), ensure_ascii=False) for e, p in pairs]
     text = "\n".join(lines) + ("\n" if lines else "")
     if args.output:
-        check_new_file(args.output, inputs=[args.model] + ([args.input] if args.input else []))
         atomic_write_text(args.output, text)
     else:
         sys.stdout.write(text)

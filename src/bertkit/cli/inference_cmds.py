@@ -15,7 +15,7 @@ from pathlib import Path
 from bertkit.errors import BertkitError
 from bertkit.inference import COMBINES, POOLINGS, PRECISIONS, Encoder
 from bertkit.inference.export import export_onnx
-from bertkit.inference.files import read_texts, write_features, write_vectors
+from bertkit.inference.files import check_output_file, read_texts, write_features, write_vectors
 
 log = logging.getLogger("bertkit")
 
@@ -88,6 +88,7 @@ def _encoder(args: argparse.Namespace) -> Encoder:
 
 
 def run_embed(args: argparse.Namespace) -> int:
+    check_output_file(args.output, (".npy", ".jsonl"), inputs=[args.model, args.input])
     texts, pairs = read_texts(Path(args.input), args.column, args.pair_column)
     encoder = _encoder(args)
     vectors = encoder.encode(texts, pairs, pooling=args.pooling, normalize=args.normalize,
@@ -100,6 +101,7 @@ def run_embed(args: argparse.Namespace) -> int:
 
 def run_features(args: argparse.Namespace) -> int:
     layers = parse_layers(args.layers)
+    check_output_file(args.output, (".jsonl",), inputs=[args.model, args.input])
     texts, pairs = read_texts(Path(args.input), args.column, args.pair_column)
     encoder = _encoder(args)
     feats = encoder.features(texts, pairs, layers=layers, combine=args.combine,
@@ -125,6 +127,7 @@ def run_similarity(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    check_output_file(args.output, (".onnx",), inputs=[args.model])
     report = export_onnx(args.model, args.output, opset=args.opset,
                          validate=not args.no_validate)
     log.info("%s", report.summary())

@@ -12,7 +12,7 @@ import numpy as np
 
 from bertkit.errors import BertkitError
 from bertkit.inference.encoder import TokenFeatures
-from bertkit.io import atomic_path, read_text_lines
+from bertkit.io import atomic_path, check_new_file, read_text_lines
 
 
 def read_texts(path: Path, column: str = "text", pair_column: str | None = None
@@ -86,6 +86,14 @@ def _csv_rows(path: Path, lines: list[str], column: str, pair_column: str | None
                                f"has {len(header)}")
         rows.append((record[index[0]], record[index[1]] if pair_column else None))
     return rows
+
+
+def check_output_file(path: str | Path, suffixes: tuple[str, ...], inputs: list) -> None:
+    """Before any work: the output is a new file of a kind the command writes (never an input,
+    a folder or a file the user already has)."""
+    if Path(path).suffix.lower() not in suffixes:
+        raise BertkitError(f"--output {path}: must end in {' or '.join(suffixes)}")
+    check_new_file(path, inputs=[i for i in inputs if i is not None])
 
 
 def write_vectors(path: Path, vectors: np.ndarray) -> None:
