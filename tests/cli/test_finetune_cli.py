@@ -130,6 +130,12 @@ def test_finetune_evaluate_predict(task, tiny_model, shared_data, tmp_path, caps
                  "--output", str(tmp_path / "out.jsonl")]) == 0
     lines = (tmp_path / "out.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["id"] == "x1"
+    if task == "swag":  # the command line takes a SWAG item too: context, start, four endings
+        endings = PREDICT_INPUT["swag"]["endings"]
+        assert main(["predict", str(out), "--text", "He opens the door.", "--start", "He",
+                     *(x for e in endings for x in ("--ending", e)), "--no-progress"]) == 0
+        answer = json.loads(capsys.readouterr().out)
+        assert answer["ending"] == endings[answer["choice"]]
 
 
 def test_glue_outputs_and_transformers_loads_the_model(tiny_model, shared_data, tmp_path,

@@ -105,6 +105,10 @@ def _add_predict(subparsers) -> None:
     src.add_argument("--text", help="one text (a sentence; a context with --question)")
     p.add_argument("--pair", default=None, help="second sentence for pair tasks (with --text)")
     p.add_argument("--question", default=None, help="the question, for SQuAD (with --text)")
+    p.add_argument("--start", default=None,
+                   help="SWAG: the first words of every ending (with --text as the context)")
+    p.add_argument("--ending", action="append", default=None,
+                   help="SWAG: one candidate ending; give it four times (with --text)")
     p.add_argument("--output", default=None, help="JSONL file (default: stdout)")
     _common(p)
     p.set_defaults(func=predict_cmd)
@@ -219,7 +223,8 @@ def predict_cmd(args: argparse.Namespace) -> int:
     if args.input:
         examples = read_input(task, Path(args.input))
     else:
-        record = {"text": args.text, "context": args.text, "question": args.question}
+        record = {"text": args.text, "context": args.text, "question": args.question,
+                  "start": args.start, "endings": args.ending}
         if args.pair is not None:
             record["pair"] = args.pair
         examples = from_records(task, [("--text", {k: v for k, v in record.items()
