@@ -43,6 +43,25 @@ def _optimizer(model, recipe: Recipe, steps: int):
     return opt, get_linear_schedule_with_warmup(opt, round(recipe.warmup_ratio * steps), steps)
 
 
+def _fit(model, make_batch, n: int, recipe: Recipe, seed: int) -> None:
+    """The loop: one shuffled order per epoch from the seed, AdamW, linear schedule, clip 1.0."""
+    per_epoch = math.ceil(n / recipe.batch_size)
+    steps = math.ceil(per_epoch * recipe.epochs)
+    opt, sched = _optimizer(model, recipe, steps)
+    gen = torch.Generator().manual_seed(seed)
+    model.train()
+    for step in range(steps):
+        if step % per_epoch == 0:
+            order = torch.randperm(n, generator=gen).tolist()
+        b = recipe.batch_size
+        out = model(**make_batch(order[(step % per_epoch) * b:(step % per_epoch + 1) * b]))
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+
+
 def train_sequence_classifier(model_dir: str, task, train: list, labels: list[str] | None,
                               recipe: Recipe, seed: int):
     """Fine-tune AutoModelForSequenceClassification (one output for regression)."""
@@ -54,24 +73,13 @@ def train_sequence_classifier(model_dir: str, task, train: list, labels: list[st
         model_dir, num_labels=1 if task.regression else len(labels))
     enc = _encode(tok, train, recipe.max_seq_length)
     target = [float(e.label) if task.regression else labels.index(str(e.label)) for e in train]
-    per_epoch = math.ceil(len(train) / recipe.batch_size)
-    steps = math.ceil(per_epoch * recipe.epochs)
-    opt, sched = _optimizer(model, recipe, steps)
-    gen = torch.Generator().manual_seed(seed)
     dtype = torch.float if task.regression else torch.long
-    model.train()
-    for step in range(steps):
-        if step % per_epoch == 0:
-            order = torch.randperm(len(train), generator=gen).tolist()
-        b = recipe.batch_size
-        idx = order[(step % per_epoch) * b:(step % per_epoch + 1) * b]
+
+    def make_batch(idx):
         batch = tok.pad({k: [enc[k][i] for i in idx] for k in enc}, return_tensors="pt")
-        out = model(**batch, labels=torch.tensor([target[i] for i in idx], dtype=dtype))
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
+        return {**batch, "labels": torch.tensor([target[i] for i in idx], dtype=dtype)}
+
+    _fit(model, make_batch, len(train), recipe, seed)
     return model, tok
 
 
@@ -87,4 +95,57 @@ def predict_sequences(model, tok, task, dev: list, labels: list[str] | None,
             logits = model(**batch).logits
             for e, row in zip(part, logits):
                 predictions[e.guid] = float(row[0]) if task.regression else labels[int(row.argmax())]
+    return predictions
+
+
+def _encode_words(tok, examples, max_length: int):
+    return tok([list(e.words) for e in examples], is_split_into_words=True, truncation=True,
+               max_length=max_length)
+
+
+def train_token_classifier(model_dir: str, train: list, labels: list[str], recipe: Recipe,
+                           seed: int):
+    """run_ner's recipe: AutoModelForTokenClassification, each word's tag on its first piece,
+    the other pieces -100 (label_all_tokens=False), labels padded with -100."""
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    torch.manual_seed(seed)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForTokenClassification.from_pretrained(model_dir, num_labels=len(labels))
+    enc = _encode_words(tok, train, recipe.max_seq_length)
+    targets = []
+    for i, e in enumerate(train):
+        previous, row = None, []
+        for w in enc.word_ids(i):
+            row.append(-100 if w is None or w == previous else labels.index(e.tags[w]))
+            previous = w
+        targets.append(row)
+
+    def make_batch(idx):
+        batch = tok.pad({k: [enc[k][i] for i in idx] for k in enc}, return_tensors="pt")
+        T = batch["input_ids"].shape[1]
+        rows = [targets[i] + [-100] * (T - len(targets[i])) for i in idx]
+        return {**batch, "labels": torch.tensor(rows)}
+
+    _fit(model, make_batch, len(train), recipe, seed)
+    return model, tok
+
+
+def predict_tags(model, tok, examples: list, labels: list[str], recipe: Recipe) -> dict:
+    """guid -> one tag per word: the first piece's argmax; words cut by max length get "O"."""
+    model.eval()
+    predictions = {}
+    with torch.no_grad():
+        for start in range(0, len(examples), recipe.eval_batch_size):
+            part = examples[start:start + recipe.eval_batch_size]
+            enc = _encode_words(tok, part, recipe.max_seq_length)
+            best = model(**tok.pad(dict(enc), return_tensors="pt")).logits.argmax(-1)  # (B, T)
+            for i, e in enumerate(part):
+                tags = ["O"] * len(e.words)
+                previous = None
+                for t, w in enumerate(enc.word_ids(i)):
+                    if w is not None and w != previous:
+                        tags[w] = labels[int(best[i, t])]
+                    previous = w
+                predictions[e.guid] = tags
     return predictions

@@ -28,12 +28,24 @@ import tempfile
 import time
 from pathlib import Path
 
-from reference_loop import Recipe, predict_sequences, train_sequence_classifier
+from reference_loop import (
+    Recipe,
+    predict_sequences,
+    predict_tags,
+    train_sequence_classifier,
+    train_token_classifier,
+)
 
 from bertkit.metrics import mean_std
 from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
-from bertkit.training.finetune import FinetuneConfig, build_task, finetune_train_config, prepare_data, run_one
+from bertkit.training.finetune import (
+    FinetuneConfig,
+    build_task,
+    finetune_train_config,
+    prepare_data,
+    run_one,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
@@ -54,6 +66,13 @@ TASKS = {
     "cola": {"folder": "glue", "lr": 5e-5, "train": 1000},
     "sst2": {"folder": "glue", "lr": 5e-5, "train": 1000},
     "qnli": {"folder": "glue", "lr": 5e-5, "train": 500, "split_dev": 0.2, "dev": 500},
+    # CoNLL-2003: entity F1 on dev and test. The feature-based row (the paper's Table 7: the
+    # last four layers concatenated, a two-layer BiLSTM on the frozen encoder) is bertkit only;
+    # it trains just the head, from scratch, so its lr is Adam's usual 1e-3, not the grid's.
+    "conll2003": {"folder": "conll2003", "lr": 5e-5, "train": 2000, "metrics": ["f1", "f1_test"]},
+    "conll2003-features": {"folder": "conll2003", "task": "conll2003", "lr": 1e-3, "train": 2000,
+                           "metrics": ["f1", "f1_test"], "freeze": True,
+                           "systems": ["bertkit"]},
 }
 
 
@@ -61,10 +80,17 @@ def finetune_config(task: str, seed: int, out: str, args) -> FinetuneConfig:
     spec = TASKS[task]
     train = finetune_train_config(out, lr=args.lr, seed=seed, progress=False, precision="fp32",
                                   optimizer=args.optimizer, schedule=args.schedule)
-    return FinetuneConfig(task=task, model_dir=args.model_dir, data_dir=str(DATA / spec["folder"]),
-                          train=train, epochs=args.epochs, max_seq_length=128,
-                          max_train_examples=args.train_examples, max_eval_examples=args.dev_examples,
-                          split_dev=spec.get("split_dev"), predict_test=False)
+    freeze = spec.get("freeze", False)
+    return FinetuneConfig(task=spec.get("task", task), model_dir=args.model_dir,
+                          data_dir=str(DATA / spec["folder"]), train=train, epochs=args.epochs,
+                          max_seq_length=128, max_train_examples=args.train_examples,
+                          max_eval_examples=args.dev_examples, split_dev=spec.get("split_dev"),
+                          predict_test="f1_test" in spec.get("metrics", ()),
+                          freeze_encoder=freeze, features="concat-last-4" if freeze else "cls")
+
+
+def metric_names(task: str) -> list[str]:
+    return TASKS[task].get("metrics") or [get_task(TASKS[task].get("task", task)).main_metric]
 
 
 def run_bertkit(task: str, seed: int, args) -> dict:
@@ -82,6 +108,16 @@ def run_transformers(task: str, seed: int, args) -> dict:
     t = build_task(cfg)
     data = prepare_data(t, cfg, BertTokenizer.from_pretrained(args.model_dir), cfg.settings(t))
     recipe = Recipe(lr=args.lr, epochs=args.epochs)
+    if t.name == "conll2003":
+        model, tok = train_token_classifier(args.model_dir, data.train.examples, data.labels,
+                                            recipe, seed)
+        scores = {}
+        for split in data.dev_splits:  # dev, then test: suffixed as bertkit's evaluate_splits
+            suffix = "" if split.name == "dev" else f"_{split.name}"
+            got = t.score(split.examples, predict_tags(model, tok, split.examples, data.labels,
+                                                       recipe))
+            scores.update({f"{k}{suffix}": v for k, v in got.items()})
+        return scores
     model, tok = train_sequence_classifier(args.model_dir, t, data.train.examples, data.labels,
                                            recipe, seed)
     dev = data.dev_splits[0].examples
@@ -103,14 +139,19 @@ def run_row(task: str, args) -> None:
     done = {(r["row"], r["system"], r["seed"]) for r in read_store(args.store)}
     key = row_key(task, args)
     runners = {"bertkit": run_bertkit, "transformers": run_transformers}
+    ran = 0
     for seed in range(args.seeds):
         for system, runner in runners.items():
-            if (key, system, seed) in done or system not in args.systems:
+            wanted = set(args.systems.split(",")) & set(TASKS[task].get("systems", runners))
+            if (key, system, seed) in done or system not in wanted:
                 continue
+            if args.limit is not None and ran >= args.limit:
+                return
+            ran += 1
             t0 = time.perf_counter()
             metrics = runner(task, seed, args)
             record = {"row": key, "task": task, "system": system, "seed": seed,
-                      "metric": get_task(task).main_metric, "wall_s": time.perf_counter() - t0,
+                      "metric": metric_names(task)[0], "wall_s": time.perf_counter() - t0,
                       "metrics": metrics, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
             with args.store.open("a") as f:
                 f.write(json.dumps(record) + "\n")
@@ -128,11 +169,42 @@ def command(row: str) -> str:
         cmd += f" --dev-examples {dev.split('=')[1]}"
     if lr != f"lr={defaults['lr']:g}":
         cmd += f" --lr {lr.split('=')[1]}"
+    if epochs != "epochs=3":
+        cmd += f" --{epochs.replace('=', ' ')}"
     if optimizer != "adamw":
         cmd += f" --optimizer {optimizer}"
     if schedule != "linear":
         cmd += f" --schedule {schedule}"
     return f"`{cmd}`"
+
+
+def _summary(runs: list[dict], metric: str) -> str:
+    scores = [100 * r["metrics"][metric] for r in runs if metric in r["metrics"]]
+    if not scores:
+        return "–"
+    mean, std = mean_std(scores)
+    return f"{mean:.2f} ± {std:.2f}"
+
+
+def _row_lines(row: str, systems: dict[str, list[dict]]) -> list[str]:
+    task, train, dev, lr, _, optimizer, schedule = row.split("|")
+    runs = {s: sorted(systems.get(s, []), key=lambda r: r["seed"])
+            for s in ("bertkit", "transformers")}
+    both = {r["seed"] for r in runs["bertkit"]} & {r["seed"] for r in runs["transformers"]}
+    walls = {s: sum(r["wall_s"] for r in runs[s] if r["seed"] in both) for s in runs}
+    ratio = f"{walls['bertkit'] / walls['transformers']:.2f}" if both else "–"
+    seeds = len(both) if both else max(len(r) for r in runs.values())
+    lines = []
+    for metric in metric_names(task):
+        cells = {s: _summary(runs[s], metric) for s in runs}
+        gap = "–"
+        if both:
+            mean = {s: mean_std([100 * r["metrics"][metric] for r in runs[s]])[0] for s in runs}
+            gap = f"{mean['bertkit'] - mean['transformers']:+.2f}"
+        lines.append(f"| {task} ({metric}) | {train.split('=')[1]} / {dev.split('=')[1]} | "
+                     f"{lr.split('=')[1]} | {optimizer}, {schedule} | {cells['bertkit']} | "
+                     f"{cells['transformers']} | {gap} | {seeds} | {ratio} | {command(row)} |")
+    return lines
 
 
 def table(records: list[dict]) -> list[str]:
@@ -144,24 +216,7 @@ def table(records: list[dict]) -> list[str]:
              "bertkit | transformers | Δ | seeds | wall ratio | command |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for row, systems in rows.items():
-        task, train, dev, lr, _, optimizer, schedule = row.split("|")
-        cells, seeds = {}, {}
-        for system in ("bertkit", "transformers"):
-            runs = sorted(systems.get(system, []), key=lambda r: r["seed"])
-            seeds[system] = {r["seed"] for r in runs}
-            scores = [100 * r["metrics"][r["metric"]] for r in runs]
-            cells[system] = mean_std(scores) if scores else None
-        both = seeds["bertkit"] & seeds["transformers"]
-        walls = {s: sum(r["wall_s"] for r in systems.get(s, []) if r["seed"] in both)
-                 for s in ("bertkit", "transformers")}
-        fmt = {s: f"{c[0]:.2f} ± {c[1]:.2f}" if c else "–" for s, c in cells.items()}
-        gap = (f"{cells['bertkit'][0] - cells['transformers'][0]:+.2f}"
-               if cells["bertkit"] and cells["transformers"] else "–")
-        ratio = f"{walls['bertkit'] / walls['transformers']:.2f}" if both else "–"
-        metric = (systems.get("bertkit") or systems["transformers"])[0]["metric"]
-        lines.append(f"| {task} ({metric}) | {train.split('=')[1]} / {dev.split('=')[1]} | "
-                     f"{lr.split('=')[1]} | {optimizer}, {schedule} | {fmt['bertkit']} | "
-                     f"{fmt['transformers']} | {gap} | {len(both)} | {ratio} | {command(row)} |")
+        lines += _row_lines(row, systems)
     return lines
 
 
@@ -185,6 +240,9 @@ def main() -> None:
     p.add_argument("--optimizer", default="adamw", help="bertkit's side: adamw | adamw_google")
     p.add_argument("--schedule", default="linear", help="bertkit's side: linear | google")
     p.add_argument("--systems", default="bertkit,transformers")
+    p.add_argument("--limit", type=int, default=None,
+                   help="run at most N of the missing runs, then stop (a shared machine's "
+                   "scheduler can then put other jobs between them)")
     p.add_argument("--store", type=Path, default=STORE)
     p.add_argument("--report", action="store_true", help="print the table of the store")
     p.add_argument("--write-doc", action="store_true", help="with --report: into docs/results.md")
