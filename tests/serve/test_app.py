@@ -203,6 +203,8 @@ def test_malformed_bodies(client):
                                                    headers={"Content-Type": "application/json"}), 422)
     assert "over the limit of 20000 bytes" in detail(
         client.post("/embed", content=json.dumps({"texts": ["a " * 15_000]})), 413)
+    streamed = (b"x" * 1000 for _ in range(30))  # no Content-Length: counted as it arrives
+    assert "over the limit" in detail(client.post("/embed", content=streamed), 413)
     assert detail(client.get("/embed"), 405) == "Method Not Allowed"
     assert client.get("/health").status_code == 200
 

@@ -57,27 +57,24 @@ class BodyLimit:
         if length is not None and (not length.isdigit() or int(length) > self.limit):
             return await self.refuse(send, int(length) if length.isdigit() else None)
         received = 0
-        started = False
+        refused = False
 
         async def counted_receive():
-            nonlocal received
+            nonlocal received, refused
             message = await receive()
-            if message["type"] == "http.request":
+            if message["type"] == "http.request" and not refused:
                 received += len(message.get("body", b""))
-                if received > self.limit:
-                    raise _Overflow
+                if received > self.limit:  # a body streamed without Content-Length
+                    refused = True
+                    await self.refuse(send, None)
+                    return {"type": "http.disconnect"}  # the app stops reading
             return message
 
-        async def tracked_send(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
+        async def guarded_send(message):
+            if not refused:  # after a 413, whatever the app answers is dropped
+                await send(message)
 
-        try:
-            await self.app(scope, counted_receive, tracked_send)
-        except _Overflow:
-            if not started:
-                await self.refuse(send, None)
+        await self.app(scope, counted_receive, guarded_send)
 
     async def refuse(self, send, length: int | None) -> None:
         size = f"{length} bytes" if length is not None else "the request body"
@@ -87,7 +84,3 @@ class BodyLimit:
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
-
-
-class _Overflow(Exception):
-    pass
