@@ -149,3 +149,88 @@ def predict_tags(model, tok, examples: list, labels: list[str], recipe: Recipe) 
                     previous = w
                 predictions[e.guid] = tags
     return predictions
+
+
+def _encode_qa(tok, examples, recipe: Recipe, stride: int):
+    return tok([e.question.lstrip() for e in examples], [e.context for e in examples],
+               truncation="only_second", max_length=recipe.max_seq_length, stride=stride,
+               return_overflowing_tokens=True, return_offsets_mapping=True)
+
+
+def _answer_span(enc, i: int, example) -> tuple[int, int]:
+    """run_qa's labels: the answer's first and last token in feature i, or (0, 0) ([CLS]) when
+    the question has no answer or the answer is not wholly inside this window."""
+    if example.is_impossible or not example.answers:
+        return 0, 0
+    start_char = example.answer_starts[0]
+    end_char = start_char + len(example.answers[0])
+    offsets, sequence = enc["offset_mapping"][i], enc.sequence_ids(i)
+    context = [t for t, s in enumerate(sequence) if s == 1]
+    if offsets[context[0]][0] > start_char or offsets[context[-1]][1] < end_char:
+        return 0, 0
+    start = next(t for t in context if offsets[t][1] > start_char)
+    end = next(t for t in reversed(context) if offsets[t][0] < end_char)
+    return start, end
+
+
+def train_question_answering(model_dir: str, train: list, recipe: Recipe, seed: int,
+                             stride: int = 128):
+    """run_qa's recipe: AutoModelForQuestionAnswering on windows of `max_seq_length` tokens
+    with `stride` overlap, each window labelled with the span or [CLS]."""
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+    torch.manual_seed(seed)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForQuestionAnswering.from_pretrained(model_dir)
+    enc = _encode_qa(tok, train, recipe, stride)
+    spans = [_answer_span(enc, i, train[j]) for i, j in enumerate(enc["overflow_to_sample_mapping"])]
+    keys = ["input_ids", "token_type_ids", "attention_mask"]
+
+    def make_batch(idx):
+        batch = tok.pad({k: [enc[k][i] for i in idx] for k in keys}, return_tensors="pt")
+        return {**batch, "start_positions": torch.tensor([spans[i][0] for i in idx]),
+                "end_positions": torch.tensor([spans[i][1] for i in idx])}
+
+    _fit(model, make_batch, len(spans), recipe, seed)
+    return model, tok
+
+
+def _best_span(example, windows, n_best: int, max_answer_length: int) -> dict:
+    """run_qa's postprocess: the best valid span over the windows (text and score), and the
+    null score (the smallest [CLS] score) for SQuAD v2.0's null odds."""
+    best, best_score, null = "", -math.inf, math.inf
+    for start_logits, end_logits, offsets in windows:
+        null = min(null, float(start_logits[0] + end_logits[0]))
+        starts = torch.topk(start_logits, min(n_best, len(start_logits))).indices.tolist()
+        ends = torch.topk(end_logits, min(n_best, len(end_logits))).indices.tolist()
+        for s in starts:
+            for e in ends:
+                if (offsets[s] is None or offsets[e] is None or e < s
+                        or e - s + 1 > max_answer_length):
+                    continue
+                score = float(start_logits[s] + end_logits[e])
+                if score > best_score:
+                    best_score, best = score, example.context[offsets[s][0]:offsets[e][1]]
+    return {"text": best, "null_odds": null - best_score}
+
+
+def predict_answers(model, tok, examples: list, recipe: Recipe, stride: int = 128,
+                    n_best: int = 20, max_answer_length: int = 30) -> dict:
+    """qid -> {"text", "null_odds"}: the prediction shape bertkit's SQuAD scorer reads."""
+    model.eval()
+    windows: dict[int, list] = {}
+    with torch.no_grad():
+        for start in range(0, len(examples), recipe.eval_batch_size):
+            part = examples[start:start + recipe.eval_batch_size]
+            enc = _encode_qa(tok, part, recipe, stride)
+            keys = ["input_ids", "token_type_ids", "attention_mask"]
+            out = model(**tok.pad({k: enc[k] for k in keys}, return_tensors="pt"))
+            for i, j in enumerate(enc["overflow_to_sample_mapping"]):
+                sequence = enc.sequence_ids(i)
+                offsets = [o if sequence[t] == 1 else None
+                           for t, o in enumerate(enc["offset_mapping"][i])]
+                n = len(offsets)
+                windows.setdefault(start + j, []).append(
+                    (out.start_logits[i, :n], out.end_logits[i, :n], offsets))
+    return {examples[j].qid: _best_span(examples[j], w, n_best, max_answer_length)
+            for j, w in windows.items()}

@@ -30,8 +30,10 @@ from pathlib import Path
 
 from reference_loop import (
     Recipe,
+    predict_answers,
     predict_sequences,
     predict_tags,
+    train_question_answering,
     train_sequence_classifier,
     train_token_classifier,
 )
@@ -73,6 +75,13 @@ TASKS = {
     "conll2003-features": {"folder": "conll2003", "task": "conll2003", "lr": 1e-3, "train": 2000,
                            "metrics": ["f1", "f1_test"], "freeze": True,
                            "systems": ["bertkit"]},
+    # SQuAD: only dev files here, split by article (`split_dev` 0.2: the first 80% of the
+    # articles train, the last 20% evaluate), the same split for both systems; length 384,
+    # stride 128. v2.0's null threshold is tuned on the eval part for both (Task.score).
+    "squad1": {"folder": "squad", "lr": 5e-5, "train": 1000, "split_dev": 0.2, "dev": 500,
+               "length": 384, "scale": 1},
+    "squad2": {"folder": "squad", "lr": 5e-5, "train": 1000, "split_dev": 0.2, "dev": 500,
+               "length": 384, "scale": 1},
 }
 
 
@@ -83,7 +92,8 @@ def finetune_config(task: str, seed: int, out: str, args) -> FinetuneConfig:
     freeze = spec.get("freeze", False)
     return FinetuneConfig(task=spec.get("task", task), model_dir=args.model_dir,
                           data_dir=str(DATA / spec["folder"]), train=train, epochs=args.epochs,
-                          max_seq_length=128, max_train_examples=args.train_examples,
+                          max_seq_length=spec.get("length", 128),
+                          max_train_examples=args.train_examples,
                           max_eval_examples=args.dev_examples, split_dev=spec.get("split_dev"),
                           predict_test="f1_test" in spec.get("metrics", ()),
                           freeze_encoder=freeze, features="concat-last-4" if freeze else "cls")
@@ -107,7 +117,11 @@ def run_transformers(task: str, seed: int, args) -> dict:
     cfg = finetune_config(task, seed, "", args)
     t = build_task(cfg)
     data = prepare_data(t, cfg, BertTokenizer.from_pretrained(args.model_dir), cfg.settings(t))
-    recipe = Recipe(lr=args.lr, epochs=args.epochs)
+    recipe = Recipe(lr=args.lr, epochs=args.epochs, max_seq_length=cfg.settings(t).max_seq_length)
+    if t.name.startswith("squad"):
+        model, tok = train_question_answering(args.model_dir, data.train.examples, recipe, seed)
+        dev = data.dev_splits[0].examples
+        return t.score(dev, predict_answers(model, tok, dev, recipe))
     if t.name == "conll2003":
         model, tok = train_token_classifier(args.model_dir, data.train.examples, data.labels,
                                             recipe, seed)
@@ -178,8 +192,8 @@ def command(row: str) -> str:
     return f"`{cmd}`"
 
 
-def _summary(runs: list[dict], metric: str) -> str:
-    scores = [100 * r["metrics"][metric] for r in runs if metric in r["metrics"]]
+def _summary(runs: list[dict], metric: str, scale: float) -> str:
+    scores = [scale * r["metrics"][metric] for r in runs if metric in r["metrics"]]
     if not scores:
         return "–"
     mean, std = mean_std(scores)
@@ -195,11 +209,12 @@ def _row_lines(row: str, systems: dict[str, list[dict]]) -> list[str]:
     ratio = f"{walls['bertkit'] / walls['transformers']:.2f}" if both else "–"
     seeds = len(both) if both else max(len(r) for r in runs.values())
     lines = []
+    scale = TASKS[task].get("scale", 100)  # SQuAD's EM/F1 are percentages already
     for metric in metric_names(task):
-        cells = {s: _summary(runs[s], metric) for s in runs}
+        cells = {s: _summary(runs[s], metric, scale) for s in runs}
         gap = "–"
         if both:
-            mean = {s: mean_std([100 * r["metrics"][metric] for r in runs[s]])[0] for s in runs}
+            mean = {s: mean_std([scale * r["metrics"][metric] for r in runs[s]])[0] for s in runs}
             gap = f"{mean['bertkit'] - mean['transformers']:+.2f}"
         lines.append(f"| {task} ({metric}) | {train.split('=')[1]} / {dev.split('=')[1]} | "
                      f"{lr.split('=')[1]} | {optimizer}, {schedule} | {cells['bertkit']} | "
