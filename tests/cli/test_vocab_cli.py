@@ -92,3 +92,30 @@ def test_stats_reports_tokens_per_word_and_unk(tmp_path, capsys):
     # a bare vocab.txt works too (lower-cased unless --cased)
     assert main(["vocab", "stats", str(tmp_path / "out" / "vocab.txt"), "-i", str(held_out)]) == 0
     assert f"tokens per word  {tokens / len(words):.4f}" in capsys.readouterr().out
+
+
+def test_held_out_quality_gzip_input_and_deprecated_name(tmp_path, capsys, caplog):
+    import gzip
+
+    from bertkit.tokenization.counting import count_files, vocab_quality
+
+    paths = _write_corpus(tmp_path)
+    packed = tmp_path / "a.txt.gz"
+    packed.write_bytes(gzip.compress(paths[0].read_bytes()))
+    held_out = tmp_path / "held_out.txt"
+    held_out.write_text("Walking painters sing. Zebras ✓\n", encoding="utf-8")
+    assert _train([packed, *paths[1:]], tmp_path / "out", "--held-out", str(held_out)) == 0
+    trained = capsys.readouterr().out
+    tokenizer = BertTokenizer.from_pretrained(tmp_path / "out")
+    quality = vocab_quality(tokenizer, count_files(paths), count_files([held_out]))
+    line = f"unigram log-likelihood per word  {quality.log_likelihood_per_word:.4f} nats"
+    assert line in trained and f"tokens per word  {quality.tokens_per_word:.4f}" in trained
+    assert quality.unk_rate > 0 and f"[UNK] rate       {quality.unk_rate:.4%}" in trained
+    assert main(["vocab", "stats", str(tmp_path / "out"), "-i", *map(str, paths),
+                 "--held-out", str(held_out)]) == 0
+    assert line in capsys.readouterr().out
+    # the old name of the default still works, with a note, and gives the same vocabulary
+    assert _train(paths, tmp_path / "old", "--criterion", "gain") == 0
+    assert "'gain' is deprecated" in caplog.text  # logged to stderr by the CLI
+    assert (tmp_path / "old" / "vocab.txt").read_bytes() == \
+        (tmp_path / "out" / "vocab.txt").read_bytes()

@@ -1,4 +1,4 @@
-"""`bertkit vocab train FILE... --output DIR` and `bertkit vocab stats VOCAB --input FILE...`."""
+"""`bertkit vocab train FILE... -o DIR` and `bertkit vocab stats VOCAB -i FILE... [--held-out FILE]`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ from pathlib import Path
 from bertkit.errors import BertkitError
 from bertkit.io import claim_output_dir
 from bertkit.tokenization import BertTokenizer
-from bertkit.tokenization.counting import count_files, expand_inputs, segmentation_stats
+from bertkit.tokenization.counting import (
+    VocabQuality,
+    count_files,
+    expand_inputs,
+    segmentation_stats,
+    vocab_quality,
+)
 from bertkit.tokenization.trainer import (
     CRITERIA,
     DEPRECATED_CRITERIA,
@@ -65,6 +71,12 @@ def _register_train(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--cased", action="store_true",
                    help="keep case and accents (default: lower-case, as uncased BERT)")
     p.add_argument("--workers", type=int, default=1, help="processes counting words (per file)")
+    p.add_argument("--max-words", type=int, default=None,
+                   help="hold at most this many distinct words while counting (bounded memory "
+                   "for huge corpora): past it, the rarest words are pruned")
+    p.add_argument("--held-out", type=Path, metavar="FILE",
+                   help="after training, print tokens/word, [UNK] rate and unigram "
+                   "log-likelihood per word of this file (see `vocab stats`)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run_train)
 
@@ -77,7 +89,10 @@ def _register_stats(commands: argparse._SubParsersAction) -> None:
     p.add_argument("vocab", type=Path, metavar="VOCAB",
                    help="a vocab.txt, or a directory holding one (and tokenizer_config.json)")
     p.add_argument("--input", "-i", nargs="+", required=True, metavar="FILE",
-                   help="text or JSONL files to measure on; globs allowed")
+                   help="text or JSONL files to measure on (with --held-out: the training "
+                   "text, where piece probabilities are estimated); globs allowed")
+    p.add_argument("--held-out", type=Path, metavar="FILE",
+                   help="measure on this file instead, with piece probabilities from --input")
     p.add_argument("--cased", action="store_true",
                    help="for a bare vocab.txt: do not lower-case (a directory's "
                    "tokenizer_config.json decides otherwise)")
@@ -97,15 +112,30 @@ def run_train(args: argparse.Namespace) -> int:
     )
     if args.workers < 1:
         raise BertkitError(f"--workers must be >= 1, got {args.workers}")
-    settings = {"files": [str(f) for f in args.files], **asdict(config)}
+    if args.max_words is not None and args.max_words < 2:
+        raise BertkitError(f"--max-words must be >= 2, got {args.max_words}")
+    held_out = expand_inputs([args.held_out]) if args.held_out else None  # checked before work
+    settings = {"files": [str(f) for f in args.files], **asdict(config),
+                "max_words": args.max_words}
     claim_output_dir(args.output, MARKER, settings, overwrite=args.overwrite)
     result = train_from_files(args.files, config, workers=args.workers,
-                              progress=not args.no_progress)
+                              progress=not args.no_progress, max_words=args.max_words)
     path = save_vocab(result, args.output, config.do_lower_case)
     logger.info("wrote %s: %d tokens (%d learned pieces, alphabet of %d characters); "
                 "%d distinct word(s) left to [UNK]", path, len(result.vocab),
                 len(result.pieces), len(result.alphabet), result.skipped_words)
+    if held_out:
+        tokenizer = BertTokenizer.from_pretrained(args.output)
+        held = count_files(held_out, tokenizer.do_lower_case)
+        _print_quality(vocab_quality(tokenizer, result.word_counts, held), held_out[0])
     return 0
+
+
+def _print_quality(quality: VocabQuality, path: Path) -> None:
+    print(f"held-out         {path}: {quality.words:,} words")
+    print(f"tokens per word  {quality.tokens_per_word:.4f}")
+    print(f"[UNK] rate       {quality.unk_rate:.4%} of words")
+    print(f"unigram log-likelihood per word  {quality.log_likelihood_per_word:.4f} nats")
 
 
 def _load_tokenizer(vocab: Path, cased: bool) -> BertTokenizer:
@@ -118,16 +148,26 @@ def _load_tokenizer(vocab: Path, cased: bool) -> BertTokenizer:
 
 def run_stats(args: argparse.Namespace) -> int:
     tokenizer = _load_tokenizer(args.vocab, args.cased)
+    held_out = expand_inputs([args.held_out]) if args.held_out else None
     counts = count_files(expand_inputs(args.input), tokenizer.do_lower_case,
                          workers=args.workers)
     if not counts:
         raise BertkitError("no words in the input files")
+    if held_out:
+        held = count_files(held_out, tokenizer.do_lower_case)
+        if not held:
+            raise BertkitError(f"{held_out[0]}: no words to measure on")
+        print(f"vocabulary       {args.vocab} ({tokenizer.vocab_size} tokens)")
+        _print_quality(vocab_quality(tokenizer, counts, held), held_out[0])
+        return 0
     stats = segmentation_stats(tokenizer, counts, top=args.top)
     print(f"vocabulary       {args.vocab} ({tokenizer.vocab_size} tokens)")
     print(f"words            {stats.words:,} ({stats.distinct_words:,} distinct)")
     print(f"tokens           {stats.tokens:,}")
     print(f"tokens per word  {stats.tokens_per_word:.4f}")
     print(f"[UNK] rate       {stats.unk_rate:.4%} of words")
+    loglik = vocab_quality(tokenizer, counts, counts).log_likelihood_per_word
+    print(f"unigram log-likelihood per word  {loglik:.4f} nats (probabilities from the same text)")
     print("most-split words (pieces, frequency):")
     for word, pieces, freq in stats.most_split:
         print(f"  {word}  {len(pieces)}  {freq}  {' '.join(pieces)}")

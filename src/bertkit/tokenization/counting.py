@@ -26,6 +26,7 @@ from __future__ import annotations
 import concurrent.futures
 import glob
 import logging
+import math
 import multiprocessing
 import os
 import re
@@ -91,12 +92,13 @@ class WordCounter:
         self.chunks: Counter[str] = Counter()
         self.words: Counter[str] = Counter()
         self.pruned_below = 0  # the highest k used to prune, 0 when nothing was pruned
+        self.flush_at = min(_FLUSH_CHUNKS, max_words or _FLUSH_CHUNKS)
 
     def add_text(self, text: str) -> None:
         if _DELETED_RE.search(text):
             text = text.translate(_DELETED)
         self.chunks.update(text.split())
-        if len(self.chunks) >= _FLUSH_CHUNKS:
+        if len(self.chunks) >= self.flush_at:
             self.flush()
 
     def add_counts(self, words: Mapping[str, int]) -> None:
@@ -112,7 +114,7 @@ class WordCounter:
                 words[word] += freq
         self.chunks = Counter()
         self._prune()
-        return words
+        return self.words
 
     def _prune(self) -> None:
         if self.max_words is None or len(self.words) <= self.max_words:
@@ -336,3 +338,38 @@ def segmentation_stats(
         unk_words=sum(f for w, f in counts.items() if pieces[w] == [unk]),
         most_split=[(w, pieces[w], counts[w]) for w in ranked],
     )
+
+
+@dataclass
+class VocabQuality:
+    """How well a vocabulary fits held-out text (per word occurrence)."""
+
+    words: int
+    tokens_per_word: float
+    unk_rate: float
+    log_likelihood_per_word: float  # natural log; higher is better
+
+
+def piece_log_probs(tokenizer: BertTokenizer, train: Mapping[str, int]) -> dict[str, float]:
+    """Unigram log-probability of every vocabulary entry: pieces counted on the training words
+    segmented by `tokenizer`, add-one smoothed over the vocabulary."""
+    counts: Counter[str] = Counter()
+    for word, pieces in segment_words(tokenizer, train).items():
+        for piece in pieces:
+            counts[piece] += train[word]
+    total = sum(counts.values()) + len(tokenizer.vocab)
+    return {token: math.log((counts[token] + 1) / total) for token in tokenizer.vocab}
+
+
+def vocab_quality(
+    tokenizer: BertTokenizer, train: Mapping[str, int], held_out: Mapping[str, int]
+) -> VocabQuality:
+    """Tokens per word, [UNK] rate and unigram log-likelihood per word of the `held_out` word
+    counts, with piece probabilities from the `train` word counts (:func:`piece_log_probs`).
+    The one definition used by `bertkit vocab stats` and benchmarks/bench_vocab.py."""
+    log_p = piece_log_probs(tokenizer, train)
+    stats = segmentation_stats(tokenizer, held_out, top=0)
+    pieces = segment_words(tokenizer, held_out)
+    loglik = sum(f * sum(log_p[p] for p in pieces[w]) for w, f in held_out.items())
+    words = max(stats.words, 1)
+    return VocabQuality(stats.words, stats.tokens_per_word, stats.unk_rate, loglik / words)

@@ -87,6 +87,7 @@ class TrainResult:
     alphabet: list[str] = field(default_factory=list)  # kept characters, most frequent first
     stopped_early: bool = False
     skipped_words: int = 0  # distinct words WordPiece maps to [UNK] (rare char or too long)
+    word_counts: Mapping[str, int] = field(default_factory=dict, repr=False)  # what it learned from
 
 
 def choose_alphabet(words: Mapping[str, int], limit: int) -> list[str]:
@@ -146,7 +147,7 @@ def train_from_counts(
     merger = Merger(usable, units, config.criterion, config.min_frequency)
     merges, pieces = merger.run(budget, progress=progress)
     result = TrainResult(head + units + pieces, merges, pieces, alphabet, len(pieces) < budget,
-                         skipped)
+                         skipped, words)
     if result.stopped_early:
         logger.warning(
             "stopped early: no pair left with frequency >= %d; final vocabulary size %d "
@@ -170,10 +171,13 @@ def train_from_files(
     config: TrainerConfig,
     workers: int = 1,
     progress: bool = False,
+    max_words: int | None = None,
 ) -> TrainResult:
-    """Learn a vocabulary from text/JSONL files (globs allowed), counting on `workers`."""
+    """Learn a vocabulary from text/JSONL files (globs allowed, ``.gz`` too), counting on
+    `workers` processes, with at most `max_words` distinct words held (None: no cap)."""
     paths = expand_inputs(patterns)
-    counts = count_files(paths, config.do_lower_case, workers=workers, progress=progress)
+    counts = count_files(paths, config.do_lower_case, workers=workers, progress=progress,
+                         max_words=max_words)
     if not counts:
         named = ", ".join(map(str, paths[:3])) + (f" and {len(paths) - 3} more" * (len(paths) > 3))
         raise BertkitError(f"the corpus is empty: no words in {named}")
