@@ -1,35 +1,49 @@
-"""WordPiece vocabulary training: bertkit (likelihood, frequency, gain) vs `tokenizers`.
+"""WordPiece vocabulary training end to end: bertkit vs `tokenizers`' WordPieceTrainer.
 
-Both trainers get the same pre-tokenized input: the words of the training books + WikiText after
-BERT's basic tokenizer (counted once by bertkit). `tokenizers`' WordPieceTrainer receives them as
-whitespace-separated text (WhitespaceSplit pre-tokenizer, no normalizer) and counts them itself,
-in Rust; bertkit times (a) counting the same stream with a Counter and (b) training from the
-counts. Runs are interleaved in one process (tokenizers, bertkit likelihood, bertkit frequency,
-per size, repeated) and the fastest repeat is kept, because the machine is shared.
+Both start from the same raw files and end with a vocabulary: `tokenizers` gets a Tokenizer
+with BERT's normalizer and pre-tokenizer (BertNormalizer + BertPreTokenizer, uncased, which is
+what BERT's basic tokenizer is) and ``train(files)``, its own Rust pre-tokenization and counting
+on all cores included; bertkit runs ``train_from_files(files, workers=2)`` and writes vocab.txt
+(counting processes started, pre-tokenization, merges). Same ``min_frequency`` and
+``limit_alphabet``. Runs alternate in one process (tokenizers, then each bertkit criterion, per
+size, repeated) and the fastest repeat is kept, as the machine is shared.
 
-Quality on a held-out book (not used for training), per vocabulary: tokens per word, [UNK] rate
-(share of word occurrences that become [UNK]) and the unigram log-likelihood per word: token
-probabilities are estimated on the training words segmented by the same vocabulary (add-one
-smoothing over the vocabulary), and the held-out words, segmented by BertTokenizer with that
-vocabulary, are scored with them.
+Quality on a held-out book (not trained on), per vocabulary, by
+`bertkit.tokenization.counting.vocab_quality` (the same function as `bertkit vocab stats
+--held-out`): tokens per word, [UNK] rate and unigram log-likelihood per word (piece
+probabilities estimated on the training words segmented by the same vocabulary, add-one
+smoothed).
 
-    python benchmarks/bench_vocab.py                 # 8k and 30k, 2 repeats
-    python benchmarks/bench_vocab.py --quick         # a few books, small sizes
+Memory (``--memory``): peak RSS of ``bertkit vocab train`` in a fresh process (workers
+included) on half of the books and on all of them, with ``--max-words``.
+
+    python benchmarks/bench_vocab.py                     # 8k and 30,522, default criterion
+    python benchmarks/bench_vocab.py --criteria likelihood frequency pmi --repeats 1
+    python benchmarks/bench_vocab.py --memory            # peak RSS at two corpus sizes
+    python benchmarks/bench_vocab.py --quick             # smoke run: 6 books, sizes 2000/4000
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import subprocess
+import sys
+import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from bertkit.tokenization import BertTokenizer
-from bertkit.tokenization.counting import count_files, segment_words
-from bertkit.tokenization.trainer import SPECIAL_TOKENS, TrainerConfig, train_from_counts
+from bertkit.tokenization.counting import count_files, vocab_quality
+from bertkit.tokenization.trainer import (
+    CRITERIA,
+    SPECIAL_TOKENS,
+    TrainerConfig,
+    save_vocab,
+    train_from_files,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 HELD_OUT = "austen-pride_and_prejudice.txt"
@@ -42,9 +56,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--min-frequency", type=int, default=2)
     p.add_argument("--limit-alphabet", type=int, default=1000)
-    p.add_argument("--workers", type=int, default=2, help="processes counting the corpus")
-    p.add_argument("--criteria", nargs="+", default=["likelihood", "frequency", "gain"],
-                   choices=["likelihood", "frequency", "gain"])
+    p.add_argument("--workers", type=int, default=2, help="bertkit's counting processes")
+    p.add_argument("--criteria", nargs="+", default=["likelihood"], choices=CRITERIA)
+    p.add_argument("--memory", action="store_true", help="peak RSS at two corpus sizes instead")
+    p.add_argument("--max-words", type=int, default=50000, help="for --memory")
     p.add_argument("--quick", action="store_true", help="6 books, sizes 2000 and 4000, 1 repeat")
     return p.parse_args()
 
@@ -58,104 +73,95 @@ def corpus_files(data: Path, quick: bool) -> tuple[list[Path], Path]:
     return train + [data / "wikitext-2" / "wiki.test.raw"], held_out
 
 
-def timed(fn):
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = fn()
-    return result, time.perf_counter() - wall, time.process_time() - cpu
-
-
-def train_tokenizers(stream: list[str], size: int, args: argparse.Namespace) -> dict[str, int]:
+def train_tokenizers(files: list[Path], size: int, args: argparse.Namespace, out: Path) -> list[str]:
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     trainer = trainers.WordPieceTrainer(
         vocab_size=size, min_frequency=args.min_frequency, limit_alphabet=args.limit_alphabet,
         special_tokens=list(SPECIAL_TOKENS), show_progress=False,
     )
-    tokenizer.train_from_iterator(stream, trainer)
-    return tokenizer.get_vocab()
+    tokenizer.train([str(f) for f in files], trainer)
+    tokenizer.model.save(str(out))  # vocab.txt, as bertkit writes it
+    vocab = tokenizer.get_vocab()
+    return sorted(vocab, key=vocab.__getitem__)
 
 
-def count_stream(stream: list[str]) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    for chunk in stream:
-        counts.update(chunk.split())
-    return counts
+def train_bertkit(files: list[Path], size: int, criterion: str, args: argparse.Namespace,
+                  out: Path) -> list[str]:
+    config = TrainerConfig(vocab_size=size, criterion=criterion, min_frequency=args.min_frequency,
+                           limit_alphabet=args.limit_alphabet)
+    result = train_from_files(files, config, workers=args.workers)
+    save_vocab(result, out, do_lower_case=True)
+    return result.vocab
 
 
-def time_all(stream: list[str], counts: Counter[str], args: argparse.Namespace):
-    """Interleaved repeats; returns {(size, name): (vocab list, best wall, best cpu)}."""
+def time_all(files: list[Path], args: argparse.Namespace) -> dict[tuple[int, str], list]:
+    """Alternating repeats; returns {(size, name): [vocab, best wall s]}."""
     best: dict[tuple[int, str], list] = {}
-    for repeat in range(args.repeats):
-        _, count_wall, count_cpu = timed(lambda: count_stream(stream))
-        best.setdefault((0, "count"), [None, math.inf, math.inf])
-        _keep_best(best[(0, "count")], None, count_wall, count_cpu)
-        for size in args.sizes:
-            vocab, wall, cpu = timed(lambda size=size: train_tokenizers(stream, size, args))
-            ordered = sorted(vocab, key=vocab.__getitem__)
-            _keep_best(best.setdefault((size, "tokenizers"), [None, math.inf, math.inf]),
-                       ordered, wall, cpu)
-            for criterion in args.criteria:
-                config = TrainerConfig(vocab_size=size, criterion=criterion,
-                                       min_frequency=args.min_frequency,
-                                       limit_alphabet=args.limit_alphabet)
-                result, wall, cpu = timed(lambda c=config: train_from_counts(counts, c))
-                _keep_best(best.setdefault((size, criterion), [None, math.inf, math.inf]),
-                           result.vocab, wall, cpu)
-            print(f"repeat {repeat}: size {size} done", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(args.repeats):
+            for size in args.sizes:
+                runs = [("tokenizers", lambda s=size: train_tokenizers(files, s, args, Path(tmp)))]
+                runs += [(c, lambda s=size, c=c: train_bertkit(files, s, c, args, Path(tmp)))
+                         for c in args.criteria]
+                for name, run in runs:
+                    start = time.perf_counter()
+                    vocab = run()
+                    wall = time.perf_counter() - start
+                    slot = best.setdefault((size, name), [vocab, math.inf])
+                    slot[1] = min(slot[1], wall)
+                    print(f"repeat {repeat}, size {size}, {name}: {wall:.2f} s", flush=True)
     return best
 
 
-def _keep_best(slot: list, vocab, wall: float, cpu: float) -> None:
-    slot[0] = vocab if vocab is not None else slot[0]
-    slot[1], slot[2] = min(slot[1], wall), min(slot[2], cpu)
+def report(best: dict, files: list[Path], held_out: Path, args: argparse.Namespace) -> None:
+    train = count_files(files, workers=args.workers)
+    held = count_files([held_out])
+    print(f"\ntraining words: {sum(train.values()):,} ({len(train):,} distinct) in {len(files)} "
+          f"files; held-out {held_out.name}: {sum(held.values()):,} words\n")
+    print(f"| vocab | trainer | wall s (best of {args.repeats}) | wall vs tokenizers | tokens/word "
+          "| [UNK] rate | unigram LL/word |")
+    print("|---|---|---|---|---|---|---|")
+    for size in args.sizes:
+        reference = best[(size, "tokenizers")][1]
+        for name in [*args.criteria, "tokenizers"]:
+            vocab, wall = best[(size, name)]
+            tokenizer = BertTokenizer({token: i for i, token in enumerate(vocab)})
+            q = vocab_quality(tokenizer, train, held)
+            label = "tokenizers WordPieceTrainer (BPE)" if name == "tokenizers" else \
+                f"bertkit {name}, --workers {args.workers}"
+            print(f"| {len(vocab)} | {label} | {wall:.2f} | {wall / reference:.2f}x | "
+                  f"{q.tokens_per_word:.4f} | {q.unk_rate:.4%} | "
+                  f"{q.log_likelihood_per_word:.3f} |", flush=True)
 
 
-def quality(vocab: list[str], train: Counter[str], held: Counter[str]) -> tuple[float, ...]:
-    """(tokens per word, [UNK] rate, unigram log-likelihood per word) on the held-out counts."""
-    tokenizer = BertTokenizer({token: i for i, token in enumerate(vocab)}, do_lower_case=True)
-    unigram: Counter[str] = Counter()
-    for word, pieces in segment_words(tokenizer, train).items():
-        for piece in pieces:
-            unigram[piece] += train[word]
-    total = sum(unigram.values()) + len(vocab)
-    log_p = {token: math.log((unigram[token] + 1) / total) for token in vocab}
-    pieces = segment_words(tokenizer, held)
-    words = sum(held.values())
-    tokens = sum(len(pieces[w]) * f for w, f in held.items())
-    unk = sum(f for w, f in held.items() if pieces[w] == ["[UNK]"])
-    loglik = sum(f * sum(log_p[p] for p in pieces[w]) for w, f in held.items())
-    return tokens / words, unk / words, loglik / words
+def peak_rss(files: list[Path], args: argparse.Namespace) -> float:
+    """Peak RSS (MiB) of `bertkit vocab train` on `files` in a fresh process tree: the largest
+    of its processes (the main one or a counting worker)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [str(Path(sys.executable).parent / "bertkit"), "vocab", "train", *map(str, files),
+               "-o", tmp + "/v", "--vocab-size", str(args.sizes[0]), "--workers",
+               str(args.workers), "--max-words", str(args.max_words), "--no-progress"]
+        probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
+                 "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+        out = subprocess.run([sys.executable, "-c", probe, *cmd], check=True,
+                             capture_output=True, text=True).stdout
+    return int(out.split()[-1]) / 1024
 
 
 def main() -> None:
     args = parse_args()
     if args.quick:
         args.sizes, args.repeats = [2000, 4000], 1
-    train_files, held_out = corpus_files(args.data, args.quick)
-    counts, wall, _ = timed(lambda: count_files(train_files, workers=args.workers))
-    held = count_files([held_out])
-    print(f"training words: {sum(counts.values()):,} ({len(counts):,} distinct) from "
-          f"{len(train_files)} files, pre-tokenized in {wall:.1f} s; held-out {held_out.name}: "
-          f"{sum(held.values()):,} words")
-    stream = [(word + " ") * freq for word, freq in sorted(counts.items())]
-    best = time_all(stream, counts, args)
-    count_wall, count_cpu = best.pop((0, "count"))[1:]
-    print(f"\nbertkit counting the same pre-tokenized stream: {count_wall:.2f} s wall, "
-          f"{count_cpu:.2f} s CPU\n")
-    print("| vocab | trainer | wall s | CPU s | wall vs tokenizers (train / count+train) "
-          "| tokens/word | [UNK] rate | unigram LL/word |")
-    print("|---|---|---|---|---|---|---|---|")
-    for size in args.sizes:
-        reference = best[(size, "tokenizers")][1]
-        for name in [*args.criteria, "tokenizers"]:
-            vocab, wall, cpu = best[(size, name)]
-            per_word, unk, loglik = quality(vocab, counts, held)
-            label = "tokenizers WordPieceTrainer (BPE)" if name == "tokenizers" else \
-                f"bertkit {name}"
-            ratio = "1" if name == "tokenizers" else \
-                f"{wall / reference:.2f}x / {(wall + count_wall) / reference:.2f}x"
-            print(f"| {len(vocab)} | {label} | {wall:.2f} | {cpu:.2f} | {ratio} | "
-                  f"{per_word:.4f} | {unk:.4%} | {loglik:.3f} |", flush=True)
+    files, held_out = corpus_files(args.data, args.quick)
+    if args.memory:
+        for part in (files[: len(files) // 2], files):
+            size_mb = sum(f.stat().st_size for f in part) / 2**20
+            print(f"{len(part)} files, {size_mb:.1f} MB: peak RSS {peak_rss(part, args):.0f} MiB "
+                  f"(--max-words {args.max_words}, --workers {args.workers})", flush=True)
+        return
+    report(time_all(files, args), files, held_out, args)
 
 
 if __name__ == "__main__":
