@@ -130,6 +130,15 @@ def test_finetune_evaluate_predict(task, tiny_model, shared_data, tmp_path, caps
                  "--output", str(tmp_path / "out.jsonl")]) == 0
     lines = (tmp_path / "out.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["id"] == "x1"
+    if task in ("sst2", "mnli", "swag"):  # --scores: every label's (ending's) probability
+        assert main(["predict", str(out), "--input", str(tmp_path / "in.jsonl"), "--scores",
+                     "--no-progress"]) == 0
+        scored = json.loads(capsys.readouterr().out)
+        probs = scored.get("probabilities") or list(scored["scores"].values())
+        assert len(probs) == (4 if task == "swag" else len(config["label2id"]))
+        assert sum(probs) == pytest.approx(1.0, abs=1e-4) and min(probs) > 0
+        if task != "swag":
+            assert max(scored["scores"], key=scored["scores"].get) == scored["label"]
     if task == "swag":  # the command line takes a SWAG item too: context, start, four endings
         endings = PREDICT_INPUT["swag"]["endings"]
         assert main(["predict", str(out), "--text", "He opens the door.", "--start", "He",

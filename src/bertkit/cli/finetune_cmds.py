@@ -110,6 +110,8 @@ def _add_predict(subparsers) -> None:
     p.add_argument("--ending", action="append", default=None,
                    help="SWAG: one candidate ending; give it four times (with --text)")
     p.add_argument("--output", default=None, help="JSONL file (default: stdout)")
+    p.add_argument("--scores", action="store_true",
+                   help="add every label's (or ending's) probability to each record")
     _common(p)
     p.set_defaults(func=predict_cmd)
 
@@ -229,9 +231,9 @@ def predict_cmd(args: argparse.Namespace) -> int:
             record["pair"] = args.pair
         examples = from_records(task, [("--text", {k: v for k, v in record.items()
                                                     if v is not None})])
-    pairs = predict_examples(args.model, task, examples, _settings(args, task),
-                             args.eval_batch_size)
-    lines = [json.dumps(task.output_record(e, p), ensure_ascii=False) for e, p in pairs]
+    records = predict_examples(args.model, task, examples, _settings(args, task),
+                               args.eval_batch_size, scores=args.scores)
+    lines = [json.dumps(record, ensure_ascii=False) for record in records]
     text = "\n".join(lines) + ("\n" if lines else "")
     if args.output:
         atomic_write_text(args.output, text)

@@ -11,9 +11,10 @@ from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task, get_task
+from bertkit.tasks.base import run_model
 from bertkit.tasks.feature_based import load_finetuned
 from bertkit.tokenization import BertTokenizer
-from bertkit.training.finetune import TASK_KEY, Split, evaluate_splits, load_split, predict_split, write_json
+from bertkit.training.finetune import TASK_KEY, evaluate_splits, load_split, write_json
 
 
 def task_of(model_dir: str | Path, name: str | None, columns: ColumnSpec | None = None) -> Task:
@@ -56,14 +57,17 @@ def evaluate_model(model_dir: str | Path, task: Task, path: Path, settings: Feat
 
 
 def predict_examples(model_dir: str | Path, task: Task, examples: list[Any],
-                     settings: FeatureSettings, batch_size: int = 64) -> list[tuple[Any, Any]]:
-    """(example, prediction) pairs, as the task reports them (SQuAD v2.0: "" above the model's
-    saved threshold)."""
+                     settings: FeatureSettings, batch_size: int = 64, scores: bool = False
+                     ) -> list[dict[str, Any]]:
+    """One output record per example, as the task writes it (SQuAD v2.0: "" above the model's
+    saved threshold); with `scores`, what the task adds beside a prediction (`Task.prediction_scores`:
+    label or ending probabilities)."""
     if not examples:
         raise BertkitError("no inputs to predict on")
     model, tokenizer = load_for(task, model_dir)
     features = task.featurize(examples, tokenizer, settings, model.config.label2id, train=False)
-    predictions = predict_split(task, model, Split("input", Path("-"), examples, features),
-                                settings, batch_size)
-    final = task.final_predictions(predictions, {})
-    return [(example, final[example.guid]) for example in examples]
+    outputs = run_model(model, features, task.collate, task.output_keys, batch_size)
+    id2label = model.config.id2label
+    final = task.final_predictions(task.decode(examples, features, outputs, id2label, settings), {})
+    extra = task.prediction_scores(examples, features, outputs, id2label) if scores else {}
+    return [{**task.output_record(e, final[e.guid]), **extra.get(e.guid, {})} for e in examples]

@@ -97,6 +97,13 @@ class Task(abc.ABC):
     def output_record(self, example: Any, prediction: Any) -> dict[str, Any]:
         """One JSONL line of `bertkit predict`: the input's id and text, and the prediction."""
 
+    def prediction_scores(self, examples: Sequence[Any], features: Sequence[Feature],
+                          outputs: dict[str, Any], id2label: dict[int, str] | None
+                          ) -> dict[str, dict[str, Any]]:
+        """Fields to add to each example's output record beside its prediction, by guid (e.g.
+        every label's probability); default: none."""
+        return {}
+
     def final_predictions(self, predictions: dict[str, Any], metrics: dict[str, Any]
                           ) -> dict[str, Any]:
         """The answers to report, given the split's metrics (SQuAD v2.0 applies its null

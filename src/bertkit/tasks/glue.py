@@ -89,6 +89,14 @@ class ClassificationTask(Task):
                 predictions[example.guid] = id2label[int(torch.argmax(logits))]
         return predictions
 
+    def prediction_scores(self, examples, features, outputs, id2label) -> dict[str, dict[str, Any]]:
+        """Classification: the probability of every label (softmax of the logits)."""
+        if self.regression or id2label is None:
+            return {}
+        return {examples[f["example_index"]].guid:
+                {"scores": {id2label[i]: round(float(p), 6) for i, p in enumerate(row.softmax(-1))}}
+                for f, row in zip(features, outputs["logits"])}
+
     def gold_and_predicted(self, examples: Sequence[TextExample], predictions: dict[str, Any]
                            ) -> tuple[list, list]:
         pairs = [(e.label, predictions[e.guid]) for e in examples if e.label is not None]

@@ -115,6 +115,12 @@ class SwagTask(Task):
         return {examples[f["example_index"]].guid: int(torch.argmax(logits))
                 for f, logits in zip(features, outputs["logits"])}
 
+    def prediction_scores(self, examples, features, outputs, id2label) -> dict[str, dict[str, Any]]:
+        """The probability of every ending (softmax over the four choices)."""
+        return {examples[f["example_index"]].guid:
+                {"probabilities": [round(float(p), 6) for p in row.softmax(-1)]}
+                for f, row in zip(features, outputs["logits"])}
+
     def example_from_record(self, guid: str, record: dict[str, Any], where: str) -> ChoiceExample:
         endings = record.get("endings") or [record.get(f"ending{k}") for k in range(N_CHOICES)]
         if (not isinstance(endings, list) or len(endings) != N_CHOICES
