@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
-
 from bertkit.metrics import entity_spans
 from bertkit.serve.models import ServedModel
 from bertkit.tasks import FeatureSettings
@@ -36,31 +34,16 @@ def predict(model: ServedModel, records: Sequence[dict[str, Any]]) -> list[dict[
     outputs = run_model(model.head, features, task.collate, task.output_keys, batch_size=32)
     predictions = task.decode(examples, features, outputs, model.config.id2label, settings)
     final = task.final_predictions(predictions, {})
-    results = [task.output_record(e, final[e.guid]) for e in examples]
+    extra = task.prediction_scores(examples, features, outputs, model.config.id2label)
+    results = [{**task.output_record(e, final[e.guid]), **extra.get(e.guid, {})} for e in examples]
     head = type(model.head).__name__
-    if head == "BertForSequenceClassification" and not task.regression:
-        add_label_scores(model, results, features, outputs["logits"])
-    elif head == "BertForMultipleChoice":
-        for f, logits in zip(features, outputs["logits"]):
-            results[f["example_index"]]["probabilities"] = rounded(logits.softmax(-1))
-    elif head == "BertForTokenClassification":
+    if head == "BertForTokenClassification":
         for record, result in zip(records, results):
             result["entities"] = entities(result["words"], result["tags"], record.get("text"))
     elif head == "BertForQuestionAnswering":
         for e, result in zip(examples, results):
             add_answer_span(result, e.context, final[e.guid])
     return results
-
-
-def rounded(probs: torch.Tensor) -> list[float]:
-    return [round(float(p), 6) for p in probs]
-
-
-def add_label_scores(model: ServedModel, results: list[dict[str, Any]], features, logits) -> None:
-    id2label = model.config.id2label
-    for f, row in zip(features, logits):
-        probs = rounded(row.softmax(-1))
-        results[f["example_index"]]["scores"] = {id2label[i]: p for i, p in enumerate(probs)}
 
 
 def entities(words: list[str], tags: list[str], text: str | None) -> list[dict[str, Any]]:
