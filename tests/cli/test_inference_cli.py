@@ -93,8 +93,10 @@ def test_features_cli_google_layout(model_dir, tmp_path):
     assert tokens[1]["offsets"] == [0, 5] and tokens[3]["offsets"] == [7, 10]
     assert [layer["index"] for layer in tokens[1]["layers"]] == [-1, -2, 0]
     assert all(len(layer["values"]) == 128 for t in tokens for layer in t["layers"])
-    assert main(args + ["--combine", "concat"]) == 0
-    concat = json.loads(out.read_text().splitlines()[0])["features"][1]
+    assert main(args + ["--combine", "concat"]) == 1  # never replaces an existing file
+    concat_out = tmp_path / "concat.jsonl"
+    assert main(args[:-3] + [str(concat_out), *args[-2:], "--combine", "concat"]) == 0
+    concat = json.loads(concat_out.read_text().splitlines()[0])["features"][1]
     assert len(concat["values"]) == 3 * 128
     assert concat["values"][:128] == tokens[1]["layers"][0]["values"]
     assert main(args[:-2] + ["--layers=-1,x"]) == 1
