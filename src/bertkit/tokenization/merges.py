@@ -333,9 +333,23 @@ class Merger:
                 self.where.pop(key, None)  # count 0: no word holds the pair any more
                 partners[key // _SHIFT].discard(key)
                 partners[key % _SHIFT].discard(key)
-            if change > 0 or pushes_shrunk:
+            if change > 0 or (pushes_shrunk and new > 0 and self._may_rise(key, new, old)):
                 grown.add(key)
         return grown
+
+    def _may_rise(self, key: int, new: int, old: int) -> bool:
+        """Whether the gain of a pair whose count fell from `old` to `new` may now exceed its
+        entry. Not when parked (the count-free bound grows with the count), nor when the gain
+        grows with the count over [new, old]: its derivative in n is
+        ``log(n (N - n) / ((c_a - n) (c_b - n)))``, positive where ``f(n) = n (N + c_a + c_b
+        - 2n) - c_a c_b > 0``, and f is concave, so checking both ends suffices."""
+        if key in self.parked:
+            return False
+        a, b = divmod(key, _SHIFT)
+        if a == b:
+            return True
+        ca, cb, spread = self.counts[a], self.counts[b], self.total + self.counts[a] + self.counts[b]
+        return new * (spread - 2 * new) <= ca * cb or old * (spread - 2 * old) <= ca * cb
 
     def _rewrite(self, w: int, a: int, b: int, z: int, delta: defaultdict[int, int]) -> int:
         """Merge every ``a b`` of word `w` (left to right, no overlaps); returns how many.
