@@ -9,7 +9,7 @@ from bertkit.config import BertConfig
 from bertkit.model import BertModel
 from tests.helpers import real_sentences
 
-TOL = 1e-5  # max abs difference, fp32, eval
+TOL = 2e-5  # max abs difference, fp32, eval (oneDNN picks its GEMM kernels per CPU: 1.08e-5 seen on a Xeon)
 
 
 @pytest.fixture(scope="module")
