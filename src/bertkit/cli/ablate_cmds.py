@@ -16,6 +16,7 @@ from bertkit.studies.ablate import (
     AblationConfig,
     run_ablation,
 )
+from bertkit.tokenization.trainer import CRITERIA
 
 AB = AblationConfig("", ("-",), "")  # the defaults, defined once in the library
 PT, FT = AB.pretrain.train, AB.finetune.train
@@ -50,9 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=AB.model, help="architecture of the objectives study")
     p.add_argument("--tokenizer", default=None, metavar="DIR", help="use this vocabulary")
     p.add_argument("--vocab-size", type=int, default=AB.vocab_size, help="vocabulary to learn")
-    p.add_argument("--vocab-criterion", choices=("frequency", "likelihood"),
-                   default=AB.vocab_criterion,
-                   help="WordPiece merge criterion (frequency; see docs/ablations.md)")
+    p.add_argument("--vocab-criterion", choices=CRITERIA, default=AB.vocab_criterion,
+                   help="WordPiece merge criterion (docs/ablations.md)")
     p.add_argument("--max-seq-length", type=int, default=AB.max_seq_length,
                    help="pre-training length")
     p.add_argument("--dropout", type=float, default=AB.dropout, help="dropout of every model")

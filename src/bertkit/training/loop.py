@@ -84,25 +84,25 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.max_steps is not None and self.max_steps < 1:
-            raise BertkitError(f"max_steps must be >= 1, got {self.max_steps}")
+            raise BertkitError(f"--max-steps must be >= 1, got {self.max_steps}")
         if self.batch_size < 1:
-            raise BertkitError(f"batch_size must be >= 1, got {self.batch_size}")
+            raise BertkitError(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
-            raise BertkitError(f"micro_batch_size must be >= 1, got {self.micro_batch_size}")
+            raise BertkitError(f"--micro-batch-size must be >= 1, got {self.micro_batch_size}")
         if self.precision not in PRECISIONS:
-            raise BertkitError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+            raise BertkitError(f"--precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.optimizer not in OPTIMIZERS:
-            raise BertkitError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+            raise BertkitError(f"--optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.schedule not in SCHEDULES:
-            raise BertkitError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+            raise BertkitError(f"--schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not (math.isfinite(self.lr) and self.lr > 0):
-            raise BertkitError(f"lr must be a finite number > 0, got {self.lr}")
+            raise BertkitError(f"--lr must be a finite number > 0, got {self.lr}")
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise BertkitError(f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
+            raise BertkitError(f"--weight-decay must be a finite number >= 0, got {self.weight_decay}")
         if math.isnan(self.max_grad_norm):
-            raise BertkitError("max_grad_norm must be a number (<= 0: no clipping)")
+            raise BertkitError("--max-grad-norm must be a number (<= 0: no clipping)")
         if self.log_every < 1:
-            raise BertkitError(f"log_every must be >= 1, got {self.log_every}")
+            raise BertkitError(f"--log-every must be >= 1, got {self.log_every}")
         resolve_warmup(self.max_steps or 0, self.warmup_steps, self.warmup_ratio)
 
     @property
