@@ -214,9 +214,11 @@ def _row_lines(row: str, systems: dict[str, list[dict]]) -> list[str]:
         cells = {s: _summary(runs[s], metric, scale) for s in runs}
         gap = "–"
         if both:
-            mean = {s: mean_std([scale * r["metrics"][metric] for r in runs[s]])[0] for s in runs}
+            mean = {s: mean_std([scale * r["metrics"][metric] for r in runs[s]
+                                 if r["seed"] in both])[0] for s in runs}  # paired seeds
             gap = f"{mean['bertkit'] - mean['transformers']:+.2f}"
-        lines.append(f"| {task} ({metric}) | {train.split('=')[1]} / {dev.split('=')[1]} | "
+        sizes = " / ".join(part.split("=")[1].replace("None", "all") for part in (train, dev))
+        lines.append(f"| {task} ({metric}) | {sizes} | "
                      f"{lr.split('=')[1]} | {optimizer}, {schedule} | {cells['bertkit']} | "
                      f"{cells['transformers']} | {gap} | {seeds} | {ratio} | {command(row)} |")
     return lines
@@ -228,7 +230,7 @@ def table(records: list[dict]) -> list[str]:
     for r in records:
         rows.setdefault(r["row"], {}).setdefault(r["system"], []).append(r)
     lines = ["| task (metric) | train / eval examples | lr | bertkit (opt, schedule) | "
-             "bertkit | transformers | Δ | seeds | wall ratio | command |",
+             "bertkit | transformers | Δ (paired seeds) | seeds | wall ratio | command |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for row, systems in rows.items():
         lines += _row_lines(row, systems)
