@@ -32,6 +32,7 @@ TIMEOUT = 300
 SCALED = [
     (r"--max-steps 2000", "--max-steps 6"),
     (r"--budget-minutes 10", "--budget-minutes 0.05"),
+    (r"--lr 2e-5,3e-5,5e-5 --epochs 2,3 --seeds 3", "--lr 2e-5,5e-5 --epochs 1 --seeds 2"),
     (r"^(bertkit ablate .*)$", r"\1 --seeds 1 --max-train-examples 16 --max-eval-examples 16 "
                                r"--epochs 1 --budget-minutes 0.05 --vocab-size 300 --no-progress"),
     (r"^(bertkit demo .*?)(\s+#.*)?$", r"\1 --budget-minutes 0.05 --vocab-size 300 --seeds 1 "
