@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install "torch==2.13.0"
 	$(BIN)/python -m pip install -e ".[test]"
 	# the explorer page's browser test (tests/serve) drives Debian's headless Chromium
-	command -v chromium >/dev/null || (apt-get update && apt-get install -y --no-install-recommends chromium chromium-driver)
+	(command -v chromium && command -v chromedriver) >/dev/null || (apt-get update && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver)
 	touch $(STAMP)
 
 setup: $(STAMP)
