@@ -77,18 +77,22 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
-class Lamb(torch.optim.Optimizer):
+class _AdamFamily(torch.optim.Optimizer):
+    """The hyper-parameters Lamb and AdamWeightDecay share (Adam's, with decoupled decay)."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.0):
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
+        super().__init__(params, defaults)
+
+
+class Lamb(_AdamFamily):
     """LAMB (You et al. 2020, "Large Batch Optimization for Deep Learning", Algorithm 2).
 
     Adam's bias-corrected direction plus decoupled weight decay, `r = m̂ / (√v̂ + ε) + λ w`, scaled
     per tensor by the trust ratio `‖w‖ / ‖r‖` (1 when either norm is 0). As in TensorFlow
     Addons' LAMB, tensors excluded from weight decay are also excluded from the layer
     adaptation (trust ratio 1), so biases and LayerNorm take plain AdamW steps."""
-
-    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.0):
-        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
-        super().__init__(params, defaults)
 
     @torch.no_grad()
     def step(self, closure=None):  # noqa: D102 - torch's signature
@@ -126,18 +130,13 @@ class Lamb(torch.optim.Optimizer):
         p.add_(update.to(p.dtype), alpha=-group["lr"] * trust)
 
 
-class AdamWeightDecay(torch.optim.Optimizer):
+class AdamWeightDecay(_AdamFamily):
     """Google's `AdamWeightDecayOptimizer` (bert/optimization.py): Adam *without* bias correction
     plus decoupled weight decay, `w <- w - lr * (m / (sqrt(v) + eps) + wd * w)`.
 
     Without the correction the first steps are larger than torch's AdamW: `m / sqrt(v)` is
     `(1 - b1) / sqrt(1 - b2)` = 3.16x the corrected value at step 1, 6.5x at step 10, 1.26x at
     step 1,000 (b1 = 0.9, b2 = 0.999); the warmup is what keeps this harmless."""
-
-    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-6, weight_decay: float = 0.0):
-        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
-        super().__init__(params, defaults)
 
     @torch.no_grad()
     def step(self, closure=None):  # noqa: D102 - torch's signature
