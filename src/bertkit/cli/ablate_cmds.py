@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Pre-train equal-budget small models (MLM+NSP, No NSP, LTR & No NSP, none; "
         "or tiny/mini/small), fine-tune each on the tasks with several seeds and write "
         "OUTPUT/REPORT.md with the mean ± std table and plots. Run the same command again to "
-        "continue a killed ablation.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        "continue a killed ablation.")
     p.add_argument("--output", default="ablation", metavar="DIR", help="results folder (./ablation)")
     p.add_argument("--data", type=Path, default=None, metavar="DIR",
                    help="folder with glue/ and squad/ (default: $BERTKIT_DATA, else "

@@ -18,8 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Learn a WordPiece vocabulary on the book corpus, pre-train a small BERT for a "
         "fixed time, show what it learned (fill-mask, NSP), fine-tune it and the same "
         "architecture from random initialization on SST-2, and write OUTPUT/REPORT.md with "
-        "plots. Every step is cached under OUTPUT/work: run it again to continue.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        "plots. Every step is cached under OUTPUT/work: run it again to continue.")
     p.add_argument("--data", type=Path, default=None, metavar="DIR",
                    help="folder holding books/ and glue/SST-2 (default: $BERTKIT_DATA, else "
                    "../shared/data from the working directory)")

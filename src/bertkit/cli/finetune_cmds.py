@@ -35,8 +35,7 @@ def _add_finetune(subparsers) -> None:
     p = subparsers.add_parser("finetune", help="fine-tune a BERT checkpoint on a task",
                               description="Fine-tune with the paper's recipe (AdamW, batch 32, "
                               "3 epochs, 10% warmup then linear decay). Comma-separated --lr / "
-                              "--epochs and --seeds N run a grid and select on dev.",
-                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                              "--epochs and --seeds N run a grid and select on dev.")
     p.add_argument("task", help=TASK_HELP)
     p.add_argument("--model", required=True, help="HF-layout checkpoint directory")
     p.add_argument("--data", required=True, help="folder with the task's train/dev(/test) files")

@@ -27,8 +27,33 @@ COMMAND_MODULES = [
 ]
 
 
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default after its help, unless the help already says it or there is
+    none to show (None, False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text.lower() or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """Every bertkit (sub)command's parser: defaults shown in --help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["formatter_class"] = DefaultsFormatter
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        # argparse prints nothing for an option without help: give it its default at least
+        if kwargs.get("help") is None and kwargs.get("default") not in (None, False):
+            kwargs["help"] = "(default: %(default)s)"
+        return super().add_argument(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="bertkit",
         description="bertkit: train your own BERT or put one to work.",
     )

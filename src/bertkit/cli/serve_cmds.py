@@ -16,8 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "serve", help="HTTP API + BERT explorer page for model folders",
         description="Serve base and fine-tuned BERT models over HTTP (JSON API, OpenAPI docs at "
-        "/docs) with the explorer page at /. Needs the serve extra: pip install 'bertkit[serve]'.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        "/docs) with the explorer page at /. Needs the serve extra: pip install 'bertkit[serve]'.")
     p.add_argument("models", nargs="+", metavar="MODEL_DIR",
                    help="HF-layout model folders: a base encoder and/or `bertkit finetune` models")
     p.add_argument("--host", default="127.0.0.1",

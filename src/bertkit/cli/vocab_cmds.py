@@ -44,7 +44,6 @@ def _register_train(commands: argparse._SubParsersAction) -> None:
         description="Learn a WordPiece vocabulary by likelihood (Schuster & Nakajima: merge the "
         "pair that most increases the unigram log-likelihood of the corpus), by PMI or by "
         "frequency (BPE). Writes vocab.txt and tokenizer_config.json to --output.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="plain text, one-sentence-per-line or JSONL ('text') files; globs allowed")
