@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 
 from bertkit.errors import BertkitError
 from bertkit.serve.batching import BatchSettings
@@ -42,6 +43,11 @@ def run_serve(args: argparse.Namespace) -> int:
     if missing:
         raise BertkitError(f"bertkit serve needs {' and '.join(missing)}: "
                            "pip install 'bertkit[serve]'")
+    # oneDNN caches one kernel per GEMM shape (1,024 by default); length-bucketed batches of many
+    # sizes keep adding shapes, so a server's memory grew all through a load test (+53 MB at 32
+    # clients). A small cache keeps it flat at no measured cost (docs/benchmarks.md). Read by
+    # oneDNN when it first runs a kernel, so set before any model does; the user's value wins.
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "8")
     # imported here: FastAPI and uvicorn are an optional extra, the rest of the CLI works without
     from bertkit.serve.server import ServeConfig, run
 
