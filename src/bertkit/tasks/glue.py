@@ -140,7 +140,8 @@ class ClassificationTask(Task):
 def require_text(example: TextExample, has_pairs: bool) -> None:
     """An empty sentence is a broken row, not data: training or scoring on it would be silently
     wrong, so it is an error naming the file and line."""
-    for name, text in (("text", example.text_a), ("pair", example.text_b if has_pairs else "-")):
+    texts = [("text", example.text_a)] + ([("pair", example.text_b)] if has_pairs else [])
+    for name, text in texts:
         if text is None or not str(text).strip():
             raise BertkitError(f"{example.where or example.guid}: empty {name}; every example needs "
                                "non-empty text (fix or remove the row)")
