@@ -192,6 +192,29 @@ def test_training_trajectory_equals_transformers():
     assert all(abs(x - y) < 1e-4 for x, y in losses), losses
 
 
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_tied_decoder_gradients_equal_f_linear(precision):
+    """The decoder's hand-written backward (`heads._TiedDecoderFunction`, which lets autograd add
+    the embedding's gradient in place) gives F.linear's outputs and gradients, under bf16
+    autocast too, and the tied weight still receives both uses' gradients."""
+    torch.manual_seed(0)
+    weight = torch.randn(50, 8, requires_grad=True)  # (V, H), also looked up as an embedding
+    bias = torch.randn(50, requires_grad=True)
+    ids = torch.randint(0, 50, (3, 5))
+    results = []
+    for decoder in (heads.tied_decoder, torch.nn.functional.linear):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            h = torch.nn.functional.embedding(ids, weight).tanh()  # (3, 5, H)
+            logits = decoder(h[:, :2], weight, bias)  # (3, 2, V)
+        (logits.float() * torch.linspace(-1, 1, 50)).sum().backward()
+        results.append((logits, weight.grad, bias.grad))
+        weight.grad = bias.grad = None
+    for ours, reference in zip(*results):
+        assert ours.dtype == reference.dtype
+        assert torch.equal(ours, reference)
+
+
 # ---- packed training: the dense layers on real tokens only, same loss and gradients ------------
 
 PACKED_TOL = 2e-5
