@@ -6,6 +6,9 @@ the words it touches, not to the vocabulary or the corpus. The best pair comes f
 max-heap; see :class:`Merger` for why it is correct although the likelihood score of a pair
 changes whenever the count of either of its units changes.
 
+This is the reference implementation: the trainer runs its compiled copy,
+:mod:`bertkit.tokenization.merge_kernel` (the same algorithm and arithmetic, checked to give
+the same merges), as the Python loop spends nearly all its time in interpreter overhead.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from pathlib import Path
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text
 from bertkit.tokenization.counting import count_files, count_words, expand_inputs
-from bertkit.tokenization.merges import PREFIX, Merger
+from bertkit.tokenization.merges import PREFIX
 
 logger = logging.getLogger(__name__)
 
@@ -144,8 +144,12 @@ def train_from_counts(
             f"tokens plus the {len(units)} character units; raise --vocab-size or lower "
             "--limit-alphabet"
         )
-    merger = Merger(usable, units, config.criterion, config.min_frequency)
-    merges, pieces = merger.run(budget, progress=progress)
+    # The compiled copy of merges.Merger (same merges, about 5x faster at 30k pieces);
+    # imported here so that importing the trainer does not import numba.
+    from bertkit.tokenization.merge_kernel import run_merges
+
+    logger.info("merging: %d new pieces to learn", budget)
+    merges, pieces = run_merges(usable, units, config.criterion, config.min_frequency, budget)
     result = TrainResult(head + units + pieces, merges, pieces, alphabet, len(pieces) < budget,
                          skipped, words)
     if result.stopped_early:

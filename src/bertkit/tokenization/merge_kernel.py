@@ -1,0 +1,633 @@
+"""The merge loop of :class:`bertkit.tokenization.merges.Merger`, compiled with numba.
+
+Same algorithm, same arithmetic, same merges (tests/tokenization/test_merge_kernel.py checks
+it against the Python :class:`~bertkit.tokenization.merges.Merger` on random corpora): the
+lazily re-validated heap of upper bounds with count floors, exact entries for popped losers
+and parked count-free bounds; see that class for why it is correct. Only the data structures
+differ, to suit compiled code. Python spends about 0.4 µs per dictionary, set and heap
+operation and the loop does tens of millions of them at 30k pieces (11 s of the 14 s end to
+end, docs/benchmarks.md); compiled, the loop takes well under a second.
+
+Data structures. A pair gets a permanent id (``pid``) the first time it occurs, through an
+open-addressing table from ``a << 32 | b``; its statistics are one row of ``P``. The lists
+"words containing the pair" (``where``), "pairs containing the unit" (``partners``) and "exact
+entries of the unit" are singly linked lists in node pools (``(value, next)`` rows), so they
+never move; a list is emptied by dropping its head. A pair whose count fell to 0 stays in its
+units' partner lists and is skipped (the Python loop removes it; both then push only pairs
+with count >= min_frequency). Unit strings are code points in one pool; a new piece is looked
+up by its spelling (two pairs can spell the same piece, "a ##bc" and "ab ##c") in a second
+table. Heap entries compare like the Python tuples ``(-bound, -count, unit a, unit b, key)``,
+the strings by code point as Python does.
+
+Arrays grow (doubling) only in :func:`_run`, before the step that may need the room, so the
+helpers never reallocate. Compiled once per machine (``cache=True``: about 10 s cold, then
+loaded from the cache in well under a second).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+from numba import njit
+
+from bertkit.tokenization.merges import PREFIX
+
+LIKELIHOOD, PMI, FREQUENCY = 0, 1, 2
+CRITERION_CODES = {"likelihood": LIKELIHOOD, "pmi": PMI, "frequency": FREQUENCY}
+# Pair rows (P) and their columns; entry states (the Python loop's `parked`/`exact` sets).
+COUNT, VERSION, STATE, MARK, DELTA, WHERE, UA, UB, LINKS = range(9)
+FLOOR_BOUND, PARKED, EXACT = 0, 1, 2
+# Unit columns: UF (floats) FLOOR, XL_COUNT, XL_FLOOR; UL (ints) PARTNERS, EXACTS, OFF, LEN.
+FLOOR, XL_COUNT, XL_FLOOR = range(3)
+PARTNERS, EXACTS, OFF, LEN = range(4)
+# Scalars (S): pool sizes, the heap size, N, the stamp marking this merge's pairs, settings.
+(NPAIRS, NWHERE, NPART, NEXACT, NUNITS, NCPS, HSIZE, TOTAL, STAMP, CRIT, MINF, NTOUCH,
+ NPUSH) = range(13)
+XL_TOTAL, PARK, KEEP = range(3)  # float scalars (SF)
+_EMPTY = -1
+
+
+@njit(cache=True, inline="always")
+def _xlogx(x):
+    return x * math.log(x) if x > 0 else 0.0
+
+
+@njit(cache=True, inline="always")
+def _score(crit, count, same, ca, cb, xa, xb, total, xl_total):
+    """Merger._score, the same operations in the same order, of a pair with units counted
+    ca and cb, xa = F(ca), xb = F(cb) (or floors and their F); scalars only, as array
+    arguments cost reference counting on every call."""
+    if crit == LIKELIHOOD:
+        if same:
+            change = _xlogx(ca - 2 * count) - _xlogx(ca)
+            return change + _xlogx(count) - _xlogx(total - count) + _xlogx(total)
+        x = ca - count
+        y = cb - count
+        m = total - count
+        change = (((x * math.log(x) if x > 0 else 0.0) - xa)
+                  + (y * math.log(y) if y > 0 else 0.0)) - xb
+        return ((change + count * math.log(count)) - (m * math.log(m) if m > 0 else 0.0)) + xl_total
+    if crit == PMI:
+        return count / (ca * cb)
+    return float(count)
+
+
+@njit(cache=True, inline="always")
+def _free_bound(count, same, total, xl_total):
+    """Merger._free_bound: a bound of the gain that holds for any unit counts."""
+    m = total - count
+    rest = xl_total - (m * math.log(m) if m > 0 else 0.0)
+    return rest + count * math.log(count) if same else rest - count * math.log(count)
+
+
+@njit(cache=True, inline="always")
+def _str_cmp(cps, UL, x, y):
+    """-1, 0 or 1 as unit x's spelling sorts before, with or after unit y's (by code point)."""
+    ox, lx, oy, ly = UL[x, OFF], UL[x, LEN], UL[y, OFF], UL[y, LEN]
+    for i in range(min(lx, ly)):
+        if cps[ox + i] != cps[oy + i]:
+            return -1 if cps[ox + i] < cps[oy + i] else 1
+    return -1 if lx < ly else (1 if lx > ly else 0)
+
+
+@njit(cache=True, inline="always")
+def _before(f1, c1, a1, b1, k1, f2, c2, a2, b2, k2, cps, UL):
+    """(f1, c1, a1, b1, k1) < (f2, c2, a2, b2, k2) in the Python tuple order."""
+    if f1 != f2:
+        return f1 < f2
+    if c1 != c2:
+        return c1 < c2
+    if a1 != a2:
+        return _str_cmp(cps, UL, a1, a2) < 0
+    if b1 != b2:
+        return _str_cmp(cps, UL, b1, b2) < 0
+    return k1 < k2
+
+
+@njit(cache=True)
+def _tie_less(c1, a1, b1, k1, v1, c2, a2, b2, k2, v2, cps, UL):
+    """Two heap entries with equal bounds: entries of one pair by (count, version), as
+    Python's tuples; others by (count, unit a, unit b). Rare, so kept out of line."""
+    if k1 == k2:
+        return c1 < c2 or (c1 == c2 and v1 < v2)
+    return _before(0.0, c1, a1, b1, k1, 0.0, c2, a2, b2, k2, cps, UL)
+
+
+@njit(cache=True)
+def _rows_less(HF, HI, i, j, cps, UL):
+    """Heap row i before row j."""
+    if HF[i] != HF[j]:
+        return HF[i] < HF[j]
+    return _tie_less(HI[i, 0], HI[i, 1], HI[i, 2], HI[i, 3], HI[i, 4],
+                     HI[j, 0], HI[j, 1], HI[j, 2], HI[j, 3], HI[j, 4], cps, UL)
+
+
+@njit(cache=True)
+def _heap_push(HF, HI, S, neg_bound, neg_count, a, b, pid, version, cps, UL):
+    """Push (caller made the room) entry (-bound, -count, a, b, pid, version)."""
+    i = S[HSIZE]
+    S[HSIZE] += 1
+    while i > 0:
+        parent = (i - 1) >> 1
+        if neg_bound > HF[parent] or (neg_bound == HF[parent] and not _tie_less(
+                neg_count, a, b, pid, version, HI[parent, 0], HI[parent, 1], HI[parent, 2],
+                HI[parent, 3], HI[parent, 4], cps, UL)):
+            break
+        HF[i] = HF[parent]
+        HI[i, :] = HI[parent, :]
+        i = parent
+    HF[i] = neg_bound
+    HI[i, 0], HI[i, 1], HI[i, 2], HI[i, 3], HI[i, 4] = neg_count, a, b, pid, version
+
+
+@njit(cache=True)
+def _heap_pop(HF, HI, S, cps, UL):
+    """Remove the top entry (read it at row 0 first): the last entry sinks from the top."""
+    n = S[HSIZE] - 1
+    S[HSIZE] = n
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and (HF[child + 1] < HF[child] or (HF[child + 1] == HF[child] and
+                                                              _rows_less(HF, HI, child + 1, child, cps, UL))):
+            child += 1
+        if HF[child] > HF[n] or (HF[child] == HF[n] and not _rows_less(HF, HI, child, n, cps, UL)):
+            break
+        HF[i] = HF[child]
+        HI[i, :] = HI[child, :]
+        i = child
+    HF[i] = HF[n]
+    HI[i, :] = HI[n, :]
+
+
+@njit(cache=True)
+def _push(pid, P, UC, UF, S, SF, HF, HI, cps, UL):
+    """Merger._push: the floor bound, or the count-free bound if it is below the park."""
+    a, b, count = P[pid, UA], P[pid, UB], P[pid, COUNT]
+    P[pid, VERSION] += 1
+    bound = np.inf
+    if S[CRIT] == LIKELIHOOD:
+        bound = _free_bound(count, a == b, S[TOTAL], SF[XL_TOTAL])
+    if bound < SF[PARK]:
+        P[pid, STATE] = PARKED
+    else:
+        P[pid, STATE] = FLOOR_BOUND
+        bound = _score(S[CRIT], count, a == b, UF[a, FLOOR], UF[b, FLOOR], UF[a, XL_FLOOR],
+                       UF[b, XL_FLOOR], S[TOTAL], SF[XL_TOTAL])
+    _heap_push(HF, HI, S, -bound, -count, a, b, pid, P[pid, VERSION], cps, UL)
+
+
+@njit(cache=True, inline="always")
+def _link(pool, S, size_slot, head, value):
+    """Prepend `value` to the list starting at `head`; returns the new head."""
+    node = S[size_slot]
+    S[size_slot] += 1
+    pool[node, 0], pool[node, 1] = value, head
+    return node
+
+
+@njit(cache=True)
+def _push_exact(pid, neg_score, P, UL, EN, S, HF, HI, cps):
+    """Merger._push_exact: the exact priority, valid until a unit count of the pair falls."""
+    P[pid, VERSION] += 1
+    P[pid, STATE] = EXACT
+    for unit in (P[pid, UA], P[pid, UB]):
+        UL[unit, EXACTS] = _link(EN, S, NEXACT, UL[unit, EXACTS], pid)
+    _heap_push(HF, HI, S, neg_score, -P[pid, COUNT], P[pid, UA], P[pid, UB], pid,
+               P[pid, VERSION], cps, UL)
+
+
+@njit(cache=True)
+def _pop_best(P, UC, UF, S, SF, HF, HI, cps, UL, LOSE):
+    """Merger.pop_best, without pushing the losers: returns (best pid or -1, losers), the
+    losers' pids and exact -scores in LOSE (room for the whole heap)."""
+    best, bf, nl = -1, 0.0, 0
+    while S[HSIZE] > 0:
+        if best >= 0 and not _before(HF[0], HI[0, 0], HI[0, 1], HI[0, 2], HI[0, 3], bf,
+                                     -P[best, COUNT], P[best, UA], P[best, UB], best, cps, UL):
+            break
+        pid, version = HI[0, 3], HI[0, 4]
+        _heap_pop(HF, HI, S, cps, UL)
+        if version != P[pid, VERSION] or P[pid, COUNT] < S[MINF]:
+            continue
+        a, b, count = P[pid, UA], P[pid, UB], P[pid, COUNT]
+        f = -_score(S[CRIT], count, a == b, UC[a], UC[b], UF[a, XL_COUNT], UF[b, XL_COUNT],
+                    S[TOTAL], SF[XL_TOTAL])
+        if best < 0 or _before(f, -count, a, b, pid, bf, -P[best, COUNT], P[best, UA],
+                               P[best, UB], best, cps, UL):
+            if best >= 0:
+                LOSE[nl, 0], LOSE[nl, 1] = best, bf
+                nl += 1
+            best, bf = pid, f
+        else:
+            LOSE[nl, 0], LOSE[nl, 1] = pid, f
+            nl += 1
+    if best >= 0:
+        SF[PARK] = -bf
+    return best, nl
+
+
+@njit(cache=True, inline="always")
+def _hash(key, mask):
+    """splitmix64's finalizer (int64 arithmetic; shifts masked to be logical)."""
+    x = (key ^ ((key >> 30) & 0x3FFFFFFFF)) * -4658895280553007687
+    x = (x ^ ((x >> 27) & 0x1FFFFFFFFF)) * -7723592293110705685
+    return (x ^ ((x >> 31) & 0x1FFFFFFFF)) & mask
+
+
+@njit(cache=True, inline="always")
+def _pair_id(a, b, P, HT, S, UL, PN):
+    """The id of pair (a, b), made (row zeroed, linked to its units' partners) if new."""
+    key = a << 32 | b
+    mask = HT.shape[0] - 1
+    slot = _hash(key, mask)
+    while HT[slot, 0] != _EMPTY:
+        if HT[slot, 0] == key:
+            return HT[slot, 1]
+        slot = (slot + 1) & mask
+    pid = S[NPAIRS]
+    S[NPAIRS] += 1
+    HT[slot, 0], HT[slot, 1] = key, pid
+    P[pid, :] = 0
+    P[pid, MARK], P[pid, WHERE], P[pid, UA], P[pid, UB] = _EMPTY, _EMPTY, a, b
+    _relink(pid, P, UL, PN, S)
+    return pid
+
+
+@njit(cache=True, inline="always")
+def _relink(pid, P, UL, PN, S):
+    """Put the pair back in the partner lists of its units (bit 1: a's, bit 2: b's) that
+    dropped it while it had count 0."""
+    a, b = P[pid, UA], P[pid, UB]
+    if not P[pid, LINKS] & 1:
+        UL[a, PARTNERS] = _link(PN, S, NPART, UL[a, PARTNERS], pid)
+    if b != a and not P[pid, LINKS] & 2:
+        UL[b, PARTNERS] = _link(PN, S, NPART, UL[b, PARTNERS], pid)
+    P[pid, LINKS] = 3
+
+
+@njit(cache=True)
+def _rehash(HT, size):
+    new = np.full((size, 2), _EMPTY, dtype=np.int64)
+    for row in range(HT.shape[0]):
+        if HT[row, 0] != _EMPTY:
+            slot = _hash(HT[row, 0], size - 1)
+            while new[slot, 0] != _EMPTY:
+                slot = (slot + 1) & (size - 1)
+            new[slot, 0], new[slot, 1] = HT[row, 0], HT[row, 1]
+    return new
+
+
+@njit(cache=True, inline="always")
+def _add(x, y, change, w, P, HT, S, UL, PN, W, TOUCH):
+    """Add `change` to pair (x, y)'s pending delta (w >= 0: word w now holds the pair)."""
+    pid = _pair_id(x, y, P, HT, S, UL, PN)
+    if P[pid, MARK] != S[STAMP]:
+        P[pid, MARK], P[pid, DELTA] = S[STAMP], 0
+        TOUCH[S[NTOUCH]] = pid
+        S[NTOUCH] += 1
+    P[pid, DELTA] += change
+    if w >= 0:
+        P[pid, WHERE] = _link(W, S, NWHERE, P[pid, WHERE], w)
+
+
+@njit(cache=True)
+def _rewrite(w, a, b, z, SYM, WS, WL, FREQ, BUF, P, HT, S, UL, PN, W, TOUCH):
+    """Merger._rewrite: merge every a b of word w, left to right; returns how many."""
+    start, n, freq = WS[w], WL[w], FREQ[w]
+    BUF[:n] = SYM[start:start + n]
+    out, copied, last_end, merged, i = start, 0, -1, 0, 0
+    while i < n - 1:
+        if BUF[i] != a or BUF[i + 1] != b:
+            i += 1
+            continue
+        if i == last_end:  # a b a b: (b, a) went with the first, (z, z) comes now
+            _add(z, z, freq, w, P, HT, S, UL, PN, W, TOUCH)
+        elif i > 0:
+            _add(BUF[i - 1], a, -freq, -1, P, HT, S, UL, PN, W, TOUCH)
+            _add(BUF[i - 1], z, freq, w, P, HT, S, UL, PN, W, TOUCH)
+        if i + 2 < n:
+            nxt = BUF[i + 2]
+            _add(b, nxt, -freq, -1, P, HT, S, UL, PN, W, TOUCH)
+            if not (nxt == a and i + 3 < n and BUF[i + 3] == b):
+                _add(z, nxt, freq, w, P, HT, S, UL, PN, W, TOUCH)
+        SYM[out:out + i - copied] = BUF[copied:i]
+        out += i - copied
+        SYM[out] = z
+        out += 1
+        copied = last_end = i = i + 2
+        merged += 1
+    if merged:
+        SYM[out:out + n - copied] = BUF[copied:n]
+        WL[w] = n - merged
+    return merged
+
+
+@njit(cache=True, inline="always")
+def _may_rise(pid, new, old, P, UC, S):
+    """Merger._may_rise: whether the gain may have risen although the count fell."""
+    if P[pid, STATE] == PARKED:
+        return False
+    a, b = P[pid, UA], P[pid, UB]
+    if a == b:
+        return True
+    ca, cb = UC[a], UC[b]
+    spread = S[TOTAL] + ca + cb
+    return new * (spread - 2 * new) <= ca * cb or old * (spread - 2 * old) <= ca * cb
+
+
+@njit(cache=True, inline="always")
+def _mark_push(pid, P, S, PUSH):
+    if P[pid, MARK] != S[STAMP] + 1:
+        P[pid, MARK] = S[STAMP] + 1
+        PUSH[S[NPUSH]] = pid
+        S[NPUSH] += 1
+
+
+@njit(cache=True)
+def _apply(P, UC, S, TOUCH, PUSH, UL, PN):
+    """Merger._apply: add the pending deltas; mark for pushing the pairs that grew, and
+    (likelihood) those that fell but whose gain may have risen."""
+    for t in range(S[NTOUCH]):
+        pid = TOUCH[t]
+        change = P[pid, DELTA]
+        if change == 0:
+            continue
+        old = P[pid, COUNT]
+        new = old + change
+        P[pid, COUNT] = max(new, 0)
+        if new <= 0:
+            P[pid, WHERE] = _EMPTY  # no word holds the pair any more
+        elif old == 0:
+            _relink(pid, P, UL, PN, S)
+        if change > 0 or (S[CRIT] == LIKELIHOOD and new > 0 and _may_rise(pid, new, old, P, UC, S)):
+            _mark_push(pid, P, S, PUSH)
+
+
+@njit(cache=True)
+def _push_partners(unit, P, UL, PN, S, PUSH):
+    """Mark the unit's pairs but the parked for pushing; unlink those with count 0."""
+    node, prev = UL[unit, PARTNERS], _EMPTY
+    while node != _EMPTY:
+        pid, after = PN[node, 0], PN[node, 1]
+        if P[pid, COUNT] > 0:
+            if P[pid, STATE] != PARKED:
+                _mark_push(pid, P, S, PUSH)
+            prev = node
+        else:
+            P[pid, LINKS] &= 2 if unit == P[pid, UA] else 1
+            if prev == _EMPTY:
+                UL[unit, PARTNERS] = after
+            else:
+                PN[prev, 1] = after
+        node = after
+
+
+@njit(cache=True)
+def _lower_floors(a, b, z, P, UC, UF, UL, PN, S, SF, PUSH):
+    """Merger._lower_floors: a unit whose count fell below its floor gets a new floor, and
+    its pairs (but the parked) are marked for pushing; a new unit gets its first floor."""
+    for unit in (a, b, z):
+        count, floor = UC[unit], UF[unit, FLOOR]
+        if count < floor or floor == 0:
+            if floor > 0:
+                _push_partners(unit, P, UL, PN, S, PUSH)
+            UF[unit, FLOOR] = count * SF[KEEP]
+            UF[unit, XL_FLOOR] = _xlogx(UF[unit, FLOOR])
+
+
+@njit(cache=True)
+def _merge(pid_ab, z, SYM, WS, WL, FREQ, BUF, P, HT, S, SF, UC, UF, UL, PN, W, EN, TOUCH, PUSH):
+    """Merger.merge up to its pushes: rewrite a b -> z, update the statistics and mark in
+    PUSH the pairs to push (:func:`_push_all`, once the heap has room)."""
+    a, b = P[pid_ab, UA], P[pid_ab, UB]
+    S[STAMP] += 2
+    S[NTOUCH] = S[NPUSH] = 0
+    node = P[pid_ab, WHERE]
+    P[pid_ab, WHERE] = _EMPTY
+    occurrences = 0
+    while node != _EMPTY:
+        w = W[node, 0]
+        occurrences += _rewrite(w, a, b, z, SYM, WS, WL, FREQ, BUF, P, HT, S, UL, PN, W,
+                                TOUCH) * FREQ[w]
+        node = W[node, 1]
+    _add(a, b, -occurrences, -1, P, HT, S, UL, PN, W, TOUCH)
+    UC[a] -= occurrences
+    UC[b] -= occurrences
+    UC[z] += occurrences
+    for unit in (a, b, z):
+        UF[unit, XL_COUNT] = _xlogx(UC[unit])
+    S[TOTAL] -= occurrences
+    SF[XL_TOTAL] = _xlogx(S[TOTAL])
+    _apply(P, UC, S, TOUCH, PUSH, UL, PN)
+    for unit in (a, b):  # their counts fell: exact entries of their pairs are stale
+        node = UL[unit, EXACTS]
+        while node != _EMPTY:
+            if P[EN[node, 0], STATE] == EXACT:
+                _mark_push(EN[node, 0], P, S, PUSH)
+            node = EN[node, 1]
+        UL[unit, EXACTS] = _EMPTY
+    if S[CRIT] != FREQUENCY:
+        _lower_floors(a, b, z, P, UC, UF, UL, PN, S, SF, PUSH)
+
+
+@njit(cache=True)
+def _push_all(P, UC, UF, S, SF, HF, HI, cps, UL, PUSH):
+    for t in range(S[NPUSH]):
+        if P[PUSH[t], COUNT] >= S[MINF]:
+            _push(PUSH[t], P, UC, UF, S, SF, HF, HI, cps, UL)
+
+
+@njit(cache=True)
+def _grow(arr, need):
+    """`arr` with at least `need` rows (doubling; the old rows copied)."""
+    if arr.shape[0] >= need:
+        return arr
+    new = np.empty((max(need, 2 * arr.shape[0]),) + arr.shape[1:], dtype=arr.dtype)
+    new[:arr.shape[0]] = arr
+    return new
+
+
+@njit(cache=True)
+def _spelling_hash(cps, off, length, mask):
+    h = 1469598103934665603
+    for i in range(off, off + length):
+        h = (h ^ cps[i]) * 1099511628211
+    return (h >> 8) & mask
+
+
+@njit(cache=True)
+def _find_unit(cps, off, length, UL, ST):
+    """The slot of the unit spelled cps[off:off+length] in ST, or of the empty slot for it."""
+    mask = ST.shape[0] - 1
+    slot = _spelling_hash(cps, off, length, mask)
+    while ST[slot] != _EMPTY:
+        u = ST[slot]
+        if UL[u, LEN] == length and np.array_equal(cps[UL[u, OFF]:UL[u, OFF] + length],
+                                                   cps[off:off + length]):
+            return slot
+        slot = (slot + 1) & mask
+    return slot
+
+
+@njit(cache=True)
+def _index_units(cps, UL, S):
+    """The spelling table of the first S[NUNITS] units."""
+    size = 1024
+    while size < 4 * UL.shape[0]:
+        size *= 2
+    ST = np.full(size, _EMPTY, dtype=np.int64)
+    for u in range(S[NUNITS]):
+        ST[_find_unit(cps, UL[u, OFF], UL[u, LEN], UL, ST)] = u
+    return ST
+
+
+@njit(cache=True)
+def _count_pairs(SYM, WS, WL, FREQ, P, HT, S, UC, UL, PN, W):
+    """Unit counts, pair counts and the word lists of the initial segmentation."""
+    for w in range(WS.shape[0]):
+        start, n, freq = WS[w], WL[w], FREQ[w]
+        for i in range(start, start + n):
+            UC[SYM[i]] += freq
+        for i in range(start, start + n - 1):
+            pid = _pair_id(SYM[i], SYM[i + 1], P, HT, S, UL, PN)
+            P[pid, COUNT] += freq
+            P[pid, WHERE] = _link(W, S, NWHERE, P[pid, WHERE], w)
+
+
+@njit(cache=True)
+def _setup(SYM, WS, WL, FREQ, cps, UL, S, SF):
+    """Pair statistics, unit counts and floors, and the first heap (Merger.__init__)."""
+    rows = SYM.shape[0] + 64
+    P = np.empty((rows, 9), dtype=np.int64)
+    size = 1024
+    while size < 2 * rows:
+        size *= 2
+    HT = np.full((size, 2), _EMPTY, dtype=np.int64)
+    W, PN = np.empty((rows, 2), dtype=np.int64), np.empty((2 * rows, 2), dtype=np.int64)
+    UC = np.zeros(UL.shape[0], dtype=np.int64)
+    UF = np.zeros((UL.shape[0], 3))
+    _count_pairs(SYM, WS, WL, FREQ, P, HT, S, UC, UL, PN, W)
+    S[TOTAL] = UC.sum()
+    SF[XL_TOTAL], SF[PARK] = _xlogx(S[TOTAL]), -np.inf
+    for u in range(S[NUNITS]):
+        UF[u, XL_COUNT] = _xlogx(UC[u])
+        UF[u, FLOOR] = UC[u] * SF[KEEP]
+        UF[u, XL_FLOOR] = _xlogx(UF[u, FLOOR])
+    HF, HI = np.empty(S[NPAIRS] + 64), np.empty((S[NPAIRS] + 64, 5), dtype=np.int64)
+    for pid in range(S[NPAIRS]):
+        if P[pid, COUNT] >= S[MINF]:
+            _push(pid, P, UC, UF, S, SF, HF, HI, cps, UL)
+    return P, HT, W, PN, UC, UF, HF, HI
+
+
+@njit(cache=True)
+def _new_unit(a, b, cps, UL, UC, UF, S, ST):
+    """The unit spelled a + b without its "##" (made if new); (unit, made, cps, UL, UC, UF, ST)."""
+    length = UL[a, LEN] + UL[b, LEN] - 2
+    cps = _grow(cps, S[NCPS] + length)
+    off = S[NCPS]
+    cps[off:off + UL[a, LEN]] = cps[UL[a, OFF]:UL[a, OFF] + UL[a, LEN]]
+    cps[off + UL[a, LEN]:off + length] = cps[UL[b, OFF] + 2:UL[b, OFF] + UL[b, LEN]]
+    slot = _find_unit(cps, off, length, UL, ST)
+    if ST[slot] != _EMPTY:
+        return ST[slot], False, cps, UL, UC, UF, ST
+    z = S[NUNITS]
+    UL, UC, UF = _grow(UL, z + 1), _grow(UC, z + 1), _grow(UF, z + 1)
+    UL[z, PARTNERS], UL[z, EXACTS], UL[z, OFF], UL[z, LEN] = _EMPTY, _EMPTY, off, length
+    UC[z] = 0
+    UF[z, :] = 0.0
+    S[NUNITS] += 1
+    S[NCPS] += length
+    if 2 * S[NUNITS] > ST.shape[0]:
+        ST = _index_units(cps, UL, S)
+    else:
+        ST[slot] = z
+    return z, True, cps, UL, UC, UF, ST
+
+
+@njit(cache=True)
+def _run(SYM, WS, WL, FREQ, cps, UL, S, SF, budget):
+    """Merge until `budget` new pieces exist or no pair qualifies (Merger.run); returns the
+    merges as rows (a, b, merged unit) and the unit spellings (cps, UL)."""
+    P, HT, W, PN, UC, UF, HF, HI = _setup(SYM, WS, WL, FREQ, cps, UL, S, SF)
+    ST = _index_units(cps, UL, S)
+    BUF = np.empty(WL.max() + 1, dtype=np.int64)
+    TOUCH, PUSH = np.empty(P.shape[0], dtype=np.int64), np.empty(P.shape[0], dtype=np.int64)
+    EN, LOSE = np.empty((1024, 2), dtype=np.int64), np.empty((HF.shape[0], 2))
+    merges = np.empty((budget + 16, 3), dtype=np.int64)
+    pieces = done = 0
+    while pieces < budget:
+        LOSE = _grow(LOSE, HF.shape[0])
+        best, losers = _pop_best(P, UC, UF, S, SF, HF, HI, cps, UL, LOSE)
+        if best < 0:
+            break
+        EN = _grow(EN, S[NEXACT] + 2 * losers)
+        for i in range(losers):
+            _push_exact(np.int64(LOSE[i, 0]), LOSE[i, 1], P, UL, EN, S, HF, HI, cps)
+        a, b = P[best, UA], P[best, UB]
+        z, made, cps, UL, UC, UF, ST = _new_unit(a, b, cps, UL, UC, UF, S, ST)
+        pieces += made
+        merges = _grow(merges, done + 1)
+        merges[done, 0], merges[done, 1], merges[done, 2] = a, b, z
+        done += 1
+        need, node = 0, P[best, WHERE]  # room: new pairs and list nodes <= symbols rewritten
+        while node != _EMPTY:
+            need += WL[W[node, 0]]
+            node = W[node, 1]
+        P = _grow(P, S[NPAIRS] + need)
+        TOUCH, PUSH = _grow(TOUCH, P.shape[0]), _grow(PUSH, P.shape[0])
+        W, PN = _grow(W, S[NWHERE] + need), _grow(PN, S[NPART] + 8 * need + 8)
+        size = HT.shape[0]
+        while size < 2 * (S[NPAIRS] + need):  # keep the pair table at most half full
+            size *= 2
+        if size > HT.shape[0]:
+            HT = _rehash(HT, size)
+        _merge(best, z, SYM, WS, WL, FREQ, BUF, P, HT, S, SF, UC, UF, UL, PN, W, EN, TOUCH, PUSH)
+        HF, HI = _grow(HF, S[HSIZE] + S[NPUSH]), _grow(HI, S[HSIZE] + S[NPUSH])
+        _push_all(P, UC, UF, S, SF, HF, HI, cps, UL, PUSH)
+    return merges[:done], cps[:S[NCPS]], UL[:S[NUNITS]]
+
+
+def run_merges(
+    words: Mapping[str, int], units: list[str], criterion: str, min_frequency: int,
+    budget: int, slack: float = 0.03,
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """Merger(words, units, criterion, min_frequency, slack).run(budget), compiled:
+    (merges, new pieces), the same as the Python loop's."""
+    order = sorted(words)
+    ids = {unit: i for i, unit in enumerate(units)}
+    first = {unit: i for unit, i in ids.items() if not unit.startswith(PREFIX)}
+    inner = {unit[len(PREFIX):]: i for unit, i in ids.items() if unit.startswith(PREFIX)}
+    syms = np.fromiter((i for word in order for i in (first[word[0]], *map(inner.__getitem__,
+                        word[1:]))), dtype=np.int64)
+    lengths = np.fromiter(map(len, order), dtype=np.int64, count=len(order))
+    starts = np.zeros_like(lengths)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    freqs = np.fromiter((words[word] for word in order), dtype=np.int64, count=len(order))
+    cps, spelled = _code_points(units)
+    scalars = np.zeros(13, dtype=np.int64)
+    scalars[NUNITS], scalars[NCPS] = len(units), spelled[-1, OFF] + spelled[-1, LEN]
+    scalars[CRIT], scalars[MINF] = CRITERION_CODES[criterion], min_frequency
+    floats = np.zeros(3)
+    floats[KEEP] = 1.0 - slack
+    rows, cps, spelled = _run(syms, starts, lengths, freqs, cps, spelled, scalars, floats, budget)
+    names = [chr_codes.tobytes().decode("utf-32-le") for chr_codes in
+             (cps[off:off + length] for off, length in spelled[:, OFF:].tolist())]
+    merges = [(names[a], names[b]) for a, b, _ in rows.tolist()]
+    pieces = names[len(units):]
+    return merges, pieces
+
+
+def _code_points(units: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The units' spellings as one array of code points and rows (-, -, offset, length)."""
+    lengths = np.fromiter(map(len, units), dtype=np.int64, count=len(units))
+    spelled = np.full((len(units), 4), _EMPTY, dtype=np.int64)
+    spelled[:, LEN] = lengths
+    spelled[:, OFF] = np.cumsum(lengths) - lengths
+    cps = np.frombuffer("".join(units).encode("utf-32-le"), dtype=np.int32).copy()
+    return cps, spelled

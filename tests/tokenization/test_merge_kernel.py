@@ -1,0 +1,41 @@
+"""The compiled merge loop gives exactly the merges of the Python reference loop (Merger)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from bertkit.tokenization.merge_kernel import run_merges
+from bertkit.tokenization.merges import Merger
+
+
+def _units(words: dict[str, int]) -> list[str]:
+    return sorted({w[0] for w in words}) + sorted({"##" + c for w in words for c in w[1:]})
+
+
+@pytest.mark.parametrize("criterion", ["likelihood", "pmi", "frequency"])
+def test_compiled_loop_matches_the_reference(criterion):
+    """Random corpora over small alphabets (overlaps such as 'a a a', repeated spellings
+    "a ##bc" / "ab ##c", ties broken by spelling), every budget up to exhaustion, two slacks:
+    the same merges and pieces, in the same order."""
+    rng = random.Random(99)
+    for trial in range(80):
+        alphabet = rng.choice(["aabc", "abcdé", "xyz"])
+        words = {"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))):
+                 rng.randint(1, 40) for _ in range(rng.randint(1, 60))}
+        units = _units(words)
+        minimum, slack = rng.choice([1, 2, 3]), rng.choice([0.01, 0.03, 0.3])
+        budget = rng.choice([3, 1000])
+        expected = Merger(words, units, criterion, minimum, slack=slack).run(budget)
+        assert run_merges(words, units, criterion, minimum, budget, slack=slack) == expected, trial
+
+
+def test_compiled_loop_matches_on_a_larger_corpus():
+    """A larger corpus, on which the unit, heap and list pools grow past their first sizes."""
+    rng = random.Random(5)
+    words = {"".join(rng.choice("etaoinshrdlu") for _ in range(rng.randint(2, 14))):
+             rng.randint(1, 300) for _ in range(3000)}
+    units = _units(words)
+    expected = Merger(words, units, "likelihood", 2).run(2000)
+    assert run_merges(words, units, "likelihood", 2, 2000) == expected
