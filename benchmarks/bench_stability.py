@@ -41,6 +41,52 @@ def run_bertkit_ungrouped(task_name: str, seed: int, epochs: float, model_dir: s
     return run_bertkit(task_name, seed, epochs, model_dir, args, grouped=False)
 
 
+class _HFHead(torch.nn.Module):
+    """A `transformers` classifier behind bertkit's head interface (keyword batch in, `.loss` /
+    `.logits` out, `config`, `save_pretrained`), for the hybrid system "bertkit-loop+hf-model"."""
+
+    def __init__(self, hf_model, config):
+        super().__init__()
+        self.hf, self.config = hf_model, config
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None, **_):
+        return self.hf(input_ids=input_ids, token_type_ids=token_type_ids,
+                       attention_mask=attention_mask, labels=labels)
+
+    def save_pretrained(self, directory) -> None:
+        self.hf.save_pretrained(directory)
+
+
+def run_bertkit_hf_model(task_name: str, seed: int, epochs: float, model_dir: str, args) -> dict:
+    """bertkit's loop (ungrouped, padded) training the `transformers` model: splits the gap
+    between the two systems into the loop's part and the model's part."""
+    from transformers import AutoModelForSequenceClassification
+
+    import bertkit.training.finetune as finetune
+
+    original = finetune.load_model
+
+    def load_hf(task, model_dir, labels, cfg=None):
+        ours = original(task, model_dir, labels, cfg)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(finetune.stream_seed(cfg.train.seed, "head"))
+            hf = AutoModelForSequenceClassification.from_pretrained(
+                model_dir, num_labels=ours.config.num_labels)
+        return _HFHead(hf, ours.config)
+
+    finetune.load_model = load_hf
+    try:
+        return run_bertkit(task_name, seed, epochs, model_dir, args, grouped=False)
+    finally:
+        finetune.load_model = original
+
+
+def run_hf_loop_bertkit_model(task_name: str, seed: int, epochs: float, model_dir: str,
+                              args) -> dict:
+    """The `transformers` loop training bertkit's model (the other half of the split)."""
+    return run_transformers(task_name, seed, epochs, model_dir, args, bertkit_model=True)
+
+
 def run_bertkit(task_name: str, seed: int, epochs: float, model_dir: str, args,
                 grouped: bool = True) -> dict:
     out = Path(tempfile.mkdtemp(prefix="bench-stab-")) / "run"
@@ -58,7 +104,8 @@ def run_bertkit(task_name: str, seed: int, epochs: float, model_dir: str, args,
         shutil.rmtree(out.parent, ignore_errors=True)
 
 
-def run_transformers(task_name: str, seed: int, epochs: float, model_dir: str, args) -> dict:
+def run_transformers(task_name: str, seed: int, epochs: float, model_dir: str, args,
+                     bertkit_model: bool = False) -> dict:
     """run_glue's recipe as a plain loop; data read and scored by bertkit's task code."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.optimization import get_linear_schedule_with_warmup
@@ -73,6 +120,15 @@ def run_transformers(task_name: str, seed: int, epochs: float, model_dir: str, a
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForSequenceClassification.from_pretrained(
         model_dir, num_labels=1 if task.regression else len(labels))
+    if bertkit_model:  # the same head weights, in bertkit's model
+        from bertkit.checkpoint import from_hf_state_dict
+        from bertkit.heads import BertForSequenceClassification
+
+        names = ["score"] if task.regression else labels
+        ours = BertForSequenceClassification.from_pretrained(model_dir,
+                                                             id2label=dict(enumerate(names)))
+        ours.load_state_dict(from_hf_state_dict(model.state_dict()))
+        model = ours
 
     def encode(examples):
         pairs = [e.text_b for e in examples] if examples[0].text_b is not None else None
@@ -85,7 +141,8 @@ def run_transformers(task_name: str, seed: int, epochs: float, model_dir: str, a
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and not n.endswith("bias")]
     rest = [p for n, p in model.named_parameters() if p.ndim < 2 or n.endswith("bias")]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                             {"params": rest, "weight_decay": 0.0}], lr=args.lr, eps=1e-6)
+                             {"params": rest, "weight_decay": 0.0}], lr=args.lr, eps=1e-6,
+                            fused=True)  # HF Trainer's default since torch 2.8
     sched = get_linear_schedule_with_warmup(opt, round(0.1 * steps), steps)
     gen = torch.Generator().manual_seed(seed)
     model.train()
@@ -179,7 +236,9 @@ def main() -> None:
     seeds = ([int(s) for s in args.seeds.split(",") if s] if "," in args.seeds
              else list(range(int(args.seeds))))
     runners = {"bertkit": run_bertkit, "transformers": run_transformers,
-               "bertkit-ungrouped": run_bertkit_ungrouped}
+               "bertkit-ungrouped": run_bertkit_ungrouped,
+               "bertkit-loop+hf-model": run_bertkit_hf_model,
+               "hf-loop+bertkit-model": run_hf_loop_bertkit_model}
     done = read_store(args.store)
     records = []
     t0 = time.perf_counter()
