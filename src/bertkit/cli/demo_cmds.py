@@ -7,27 +7,43 @@ from pathlib import Path
 
 from bertkit.cli.common import data_root
 from bertkit.studies.demo import DemoConfig, run
+from bertkit.studies.demo_config import SCALES
 from bertkit.tokenization.trainer import CRITERIA
 
 D = DemoConfig(Path("."))  # the defaults, defined once in the library
+
+
+def _grid(rates: tuple[float, ...]) -> str:
+    return " ".join(f"{lr:g}" for lr in rates)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "demo", help="the main demo: vocabulary -> pre-training -> fine-tuning, with a report",
         description="Learn a WordPiece vocabulary on the book corpus, pre-train a small BERT for a "
-        "fixed time, show what it learned (fill-mask, NSP), fine-tune it and the same "
-        "architecture from random initialization on SST-2, and write OUTPUT/REPORT.md with "
-        "plots. Every step is cached under OUTPUT/work: run it again to continue.")
+        "fixed time, show what it learned (held-out MLM/NSP, fill-mask, NSP), fine-tune it and "
+        "the same architecture from random initialization on SST-2 (each at the lr selected on "
+        "dev from its own grid), and write OUTPUT/REPORT.md with plots. On a CUDA machine the "
+        "model, batch and data scale up for the same minutes. Every step is cached under "
+        "OUTPUT/work: run it again to continue.")
     p.add_argument("--data", type=Path, default=None, metavar="DIR",
                    help="folder holding books/ and glue/SST-2 (default: $BERTKIT_DATA, else "
                    "../shared/data from the working directory)")
     p.add_argument("--corpus", nargs="+", default=None, metavar="FILE",
                    help="pre-training text (default: DATA/books/*.txt)")
     p.add_argument("--output", type=Path, default=D.output, metavar="DIR")
+    p.add_argument("--device", default=D.device,
+                   help="where the demo trains: auto (CUDA when there is one, else cpu), cpu, "
+                   "cuda, cuda:N; it picks the defaults of --model, --pretrain-batch-size, "
+                   "--pretrain-mb and --dupe-factor")
     p.add_argument("--budget-minutes", type=float, default=D.budget_minutes,
                    help="pre-training time")
-    p.add_argument("--model", default=D.model, help="architecture preset (tiny: 2 layers x 128)")
+    p.add_argument("--model", default=D.model,
+                   help=f"architecture preset (default: {SCALES['cpu'].model} on a CPU, "
+                   f"{SCALES['cuda'].model} on CUDA)")
+    p.add_argument("--pretrain-batch-size", type=int, default=D.pretrain_batch_size,
+                   help=f"pre-training batch (default: {SCALES['cpu'].pretrain_batch_size} on a "
+                   f"CPU, {SCALES['cuda'].pretrain_batch_size} on CUDA)")
     p.add_argument("--max-seq-length", type=int, default=D.max_seq_length)
     p.add_argument("--dropout", type=float, default=D.dropout,
                    help="dropout of the architecture, pre-training and fine-tuning alike")
@@ -36,21 +52,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab-criterion", choices=CRITERIA,
                    default=D.vocab_criterion, help="WordPiece merge criterion (docs/ablations.md)")
     p.add_argument("--pretrain-mb", type=float, default=D.pretrain_mb,
-                   help="MB of the corpus turned into pre-training instances")
+                   help="MB of the corpus turned into pre-training instances (default: "
+                   f"{SCALES['cpu'].pretrain_mb:g} on a CPU, {SCALES['cuda'].pretrain_mb:g} "
+                   "(all of it) on CUDA)")
+    p.add_argument("--dupe-factor", type=int, default=D.dupe_factor,
+                   help="copies of each document with different masks (default: "
+                   f"{SCALES['cpu'].dupe_factor} on a CPU, {SCALES['cuda'].dupe_factor} on CUDA)")
     p.add_argument("--seeds", type=int, default=D.seeds, help="fine-tuning seeds per model")
     p.add_argument("--train-examples", type=int, default=D.train_examples,
                    help="SST-2 training subset")
     p.add_argument("--dev-examples", type=int, default=D.dev_examples,
                    help="SST-2 dev subset (default: all 872)")
-    p.add_argument("--finetune-lr", type=float, default=D.finetune_lr,
-                   help="fine-tuning lr of both small models (at 3e-4 random-init runs can stay "
-                   "at the majority class; docs/ablations.md)")
+    p.add_argument("--finetune-lr", type=float, nargs="+", default=D.finetune_lr,
+                   help="fine-tuning lr grid of both small models, selected on dev (at 3e-4 "
+                   "random-init runs can stay at the majority class; docs/ablations.md; "
+                   f"default: {_grid(D.finetune_lr)})")
     p.add_argument("--epochs", type=float, default=D.epochs)
     p.add_argument("--skip-probe", action="store_true", help="skip the MiniLM opening section")
     p.add_argument("--no-reference", action="store_true",
                    help="skip the MiniLM pre-trained vs random-init reference pair")
-    p.add_argument("--reference-lr", type=float, default=D.reference_lr)
-    p.add_argument("--reference-epochs", type=float, default=D.reference_epochs)
+    p.add_argument("--reference-lr", type=float, nargs="+", default=D.reference_lr,
+                   help=f"fine-tuning lr grid of all-MiniLM-L6-v2, selected on dev (default: "
+                   f"{_grid(D.reference_lr)})")
+    p.add_argument("--reference-random-lr", type=float, nargs="+", default=D.reference_random_lr,
+                   help="fine-tuning lr grid of MiniLM's random-init copy, selected on dev "
+                   f"(default: {_grid(D.reference_random_lr)})")
+    p.add_argument("--reference-epochs", type=float, default=D.reference_epochs,
+                   help="fine-tuning epochs of all-MiniLM-L6-v2")
+    p.add_argument("--reference-random-epochs", type=float, default=D.reference_random_epochs,
+                   help="fine-tuning epochs of MiniLM's random-init copy")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run_demo)
 
@@ -58,7 +88,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     options = {k: v for k, v in vars(args).items()
                if k in DemoConfig.__dataclass_fields__ and k != "data"}
-    if options["corpus"] is not None:
-        options["corpus"] = tuple(options["corpus"])
+    for name in ("corpus", "finetune_lr", "reference_lr", "reference_random_lr"):
+        if options[name] is not None:
+            options[name] = tuple(options[name])
     run(DemoConfig(data=data_root(args.data), **options))
     return 0

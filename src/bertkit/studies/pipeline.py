@@ -79,12 +79,14 @@ EVAL_POINTS = 4  # held-out evaluations during a pre-training run, for the curve
 
 def pretrain_settings(recipe: PretrainConfig, shards: str | os.PathLike,
                       tokenizer_dir: str | os.PathLike, out: Path, steps: int,
-                      resume: bool) -> PretrainConfig:
+                      resume: bool, eval_points: int = EVAL_POINTS) -> PretrainConfig:
     """The recipe completed for one run: data, architecture file, folder, step budget.
-    Held-out evaluations cost ~5 forward passes each; a short run evaluates only at its end."""
-    every = max(1, steps // EVAL_POINTS) if steps >= 200 else 0
+    Held-out evaluations (`eval_points` of them, for the curves) cost ~5 forward passes each;
+    a short run evaluates only at its end. A resumable state is saved EVAL_POINTS times."""
+    every = max(1, steps // eval_points) if steps >= 200 else 0
+    save = max(1, steps // EVAL_POINTS) if steps >= 200 else 0
     train_cfg = dataclasses.replace(
-        recipe.train, output_dir=str(out), max_steps=steps, eval_every=every, save_every=every,
+        recipe.train, output_dir=str(out), max_steps=steps, eval_every=every, save_every=save,
         keep=1, log_every=max(1, min(10, steps // 50)), resume=resume)
     return dataclasses.replace(recipe, data=str(shards), train=train_cfg, model=None, init=None,
                                config_file=str(architecture_file(out)),
@@ -131,7 +133,7 @@ def _has_checkpoint(run_dir: Path) -> bool:
 
 def pretrain_model(recipe: PretrainConfig, config: BertConfig, steps: int,
                    shards: str | os.PathLike, tokenizer_dir: str | os.PathLike,
-                   out_dir: str | os.PathLike) -> Path:
+                   out_dir: str | os.PathLike, eval_points: int = EVAL_POINTS) -> Path:
     """Pre-train `config` for `steps` per `recipe` into `out_dir` (resuming a killed run);
     returns the export `out_dir/model` (HF layout + tokenizer). An existing export is reused."""
     out = Path(out_dir)
@@ -142,7 +144,7 @@ def pretrain_model(recipe: PretrainConfig, config: BertConfig, steps: int,
     resume = _has_checkpoint(out)
     if not resume:  # a killed run without a checkpoint starts over
         shutil.rmtree(out, ignore_errors=True)
-    cfg = pretrain_settings(recipe, shards, tokenizer_dir, out, steps, resume)
+    cfg = pretrain_settings(recipe, shards, tokenizer_dir, out, steps, resume, eval_points)
     config.save(architecture_file(out))
     run_pretraining(cfg)
     shutil.rmtree(out / "checkpoints", ignore_errors=True)  # the export is what is kept
