@@ -114,8 +114,8 @@ def sst2_lines(store: ResultsStore, args: DemoConfig) -> tuple[list[str], list[s
         prefix = f"{v}/{TASK}/"
         cells = [c for k, c in sorted(store.data["cells"].items()) if k.startswith(prefix)]
         if cells:
-            lr = selected_lr(store, args, v)
-            rows.append(f"| {name} | {lr:g} | " + " | ".join(
+            lr = selected_lr(store, args, v)  # None: its grid is unfinished
+            rows.append(f"| {name} | {'—' if lr is None else f'{lr:g}'} | " + " | ".join(
                 f"{c['score']:.1f}" + ("*" if c.get("collapsed") else "") for c in cells) +
                 f" | {format_mean_std([c['score'] for c in cells], scale=1.0)} |")
     verdicts = [verdict(store, "pretrained", "random", "our pre-training (this run)")]
