@@ -18,7 +18,7 @@ def _units(words: dict[str, int]) -> list[str]:
 def test_compiled_loop_matches_the_reference(criterion):
     """Random corpora over small alphabets (overlaps such as 'a a a', repeated spellings
     "a ##bc" / "ab ##c", ties broken by spelling), every budget up to exhaustion, two slacks:
-    the same merges and pieces, in the same order."""
+    the same merges and pieces, in the same order, keeping or dropping absorbed pieces."""
     rng = random.Random(99)
     for trial in range(80):
         alphabet = rng.choice(["aabc", "abcdé", "xyz"])
@@ -26,9 +26,11 @@ def test_compiled_loop_matches_the_reference(criterion):
                  rng.randint(1, 40) for _ in range(rng.randint(1, 60))}
         units = _units(words)
         minimum, slack = rng.choice([1, 2, 3]), rng.choice([0.01, 0.03, 0.3])
-        budget = rng.choice([3, 1000])
-        expected = Merger(words, units, criterion, minimum, slack=slack).run(budget)
-        assert run_merges(words, units, criterion, minimum, budget, slack=slack) == expected, trial
+        budget, drop = rng.choice([3, 1000]), rng.choice([False, True])
+        expected = Merger(words, units, criterion, minimum, slack=slack).run(
+            budget, drop_absorbed=drop)
+        got = run_merges(words, units, criterion, minimum, budget, slack=slack, drop_absorbed=drop)
+        assert got == expected, trial
 
 
 def test_compiled_loop_matches_on_a_larger_corpus():
@@ -37,5 +39,5 @@ def test_compiled_loop_matches_on_a_larger_corpus():
     words = {"".join(rng.choice("etaoinshrdlu") for _ in range(rng.randint(2, 14))):
              rng.randint(1, 300) for _ in range(3000)}
     units = _units(words)
-    expected = Merger(words, units, "likelihood", 2).run(2000)
-    assert run_merges(words, units, "likelihood", 2, 2000) == expected
+    expected = Merger(words, units, "likelihood", 2).run(2000, drop_absorbed=True)
+    assert run_merges(words, units, "likelihood", 2, 2000, drop_absorbed=True) == expected

@@ -81,7 +81,22 @@ def test_default_likelihood_merge_sequence_is_exact():
     result = train_from_counts(HUG, _config())
     assert TrainerConfig().criterion == "likelihood"
     assert result.merges == LIKELIHOOD_MERGES
-    assert result.pieces == ["##ug", "##un", "hug", "pun", "pug", "bun", "hugs"]
+    # ##ug and ##un end with count 0 (merged into hug, pug and pun, bun): not in the vocabulary
+    assert result.pieces == ["hug", "pun", "pug", "bun", "hugs"]
+    kept = train_from_counts(HUG, _config(drop_absorbed=False))
+    assert kept.merges == LIKELIHOOD_MERGES
+    assert kept.pieces == ["##ug", "##un", "hug", "pun", "pug", "bun", "hugs"]
+
+
+def test_absorbed_pieces_do_not_count():
+    # 17 = 5 specials + 7 characters + 5 pieces. Keeping absorbed pieces, the first five merges
+    # fill it; dropping them, pug takes the last ##ug (dead) and bun the last ##un (dead), so
+    # the merges go on to hugs, the fifth piece with a positive count.
+    kept = train_from_counts(HUG, _config(vocab_size=17, drop_absorbed=False))
+    assert kept.merges == LIKELIHOOD_MERGES[:5] and len(kept.vocab) == 17
+    dropped = train_from_counts(HUG, _config(vocab_size=17))
+    assert dropped.merges == LIKELIHOOD_MERGES and len(dropped.vocab) == 17
+    assert dropped.pieces == ["hug", "pun", "pug", "bun", "hugs"] and not dropped.stopped_early
 
 
 def test_deprecated_gain_is_the_likelihood_criterion(caplog):
@@ -96,14 +111,15 @@ def test_pmi_merge_sequence_is_exact():
     result = train_from_counts(HUG, _config(criterion="pmi"))
     assert result.merges == PMI_MERGES
     # specials, word-initial characters and ## characters (by character frequency), pieces
+    # (##gs, pu, hu, bu end with count 0)
     assert result.vocab == SPECIALS + ["p", "h", "b", "##u", "##g", "##n", "##s"] + [
-        "##gs", "pu", "hu", "bu", "hugs", "hug", "bun", "pun", "pug"]
+        "hugs", "hug", "bun", "pun", "pug"]
 
 
 def test_frequency_merge_sequence_is_exact_and_differs():
     result = train_from_counts(HUG, _config(criterion="frequency"))
     assert result.merges == FREQUENCY_MERGES
-    assert result.pieces == ["##ug", "##un", "hug", "pun", "hugs", "pug", "bun"]
+    assert result.pieces == ["hug", "pun", "hugs", "pug", "bun"]
 
 
 def test_vocab_size_stops_the_merges():
@@ -128,8 +144,8 @@ def test_min_frequency_blocks_rare_pairs():
 def test_stops_early_with_a_notice(caplog):
     with caplog.at_level(logging.WARNING):
         result = train_from_counts(HUG, _config(vocab_size=1000))
-    assert result.stopped_early and len(result.vocab) == 19  # 5 + 7 characters + 7 pieces
-    assert "final vocabulary size 19 (requested 1000)" in caplog.text
+    assert result.stopped_early and len(result.vocab) == 17  # 5 + 7 characters + 5 pieces
+    assert "final vocabulary size 17 (requested 1000)" in caplog.text
 
 
 def test_result_does_not_depend_on_word_order():
@@ -221,12 +237,12 @@ def _sample_text() -> list[str]:
 def test_vocabulary_round_trips_through_bert_tokenizer(tmp_path, criterion):
     lines = _sample_text() + ["zebra ✓ x" + "y" * 120 + " qq"]
     # limit_alphabet keeps 24 characters: rare ones ("✓", "東", "京", "z", "q" ...) fall out.
-    config = TrainerConfig(vocab_size=120, criterion=criterion, limit_alphabet=24)
+    config = TrainerConfig(vocab_size=110, criterion=criterion, limit_alphabet=24)
     result = train_from_texts(lines, config)
-    assert len(result.vocab) == len(set(result.vocab)) == 120
+    assert len(result.vocab) == len(set(result.vocab)) == 110
     save_vocab(result, tmp_path, config.do_lower_case)
     tokenizer = BertTokenizer.from_pretrained(tmp_path)
-    assert tokenizer.vocab_size == 120 and tokenizer.do_lower_case
+    assert tokenizer.vocab_size == 110 and tokenizer.do_lower_case
     alphabet = set(result.alphabet)
     words = {w for line in lines for w in pretokenize(line)}
     assert len(alphabet) == 24 and not alphabet.issuperset("".join(words))

@@ -551,16 +551,17 @@ def _new_unit(a, b, cps, UL, UC, UF, S, ST):
 
 
 @njit(cache=True)
-def _run(SYM, WS, WL, FREQ, cps, UL, S, SF, budget):
-    """Merge until `budget` new pieces exist or no pair qualifies (Merger.run); returns the
-    merges as rows (a, b, merged unit) and the unit spellings (cps, UL)."""
+def _run(SYM, WS, WL, FREQ, cps, UL, S, SF, budget, drop_absorbed):
+    """Merge until `budget` new pieces exist (with `drop_absorbed`, pieces of count > 0) or no
+    pair qualifies (Merger.run); returns the merges as rows (a, b, merged unit), the unit
+    spellings (cps, UL) and the unit counts."""
     P, HT, W, PN, UC, UF, HF, HI = _setup(SYM, WS, WL, FREQ, cps, UL, S, SF)
     ST = _index_units(cps, UL, S)
     BUF = np.empty(WL.max() + 1, dtype=np.int64)
     TOUCH, PUSH = np.empty(P.shape[0], dtype=np.int64), np.empty(P.shape[0], dtype=np.int64)
     EN, LOSE = np.empty((1024, 2), dtype=np.int64), np.empty((HF.shape[0], 2))
     merges = np.empty((budget + 16, 3), dtype=np.int64)
-    pieces = done = 0
+    first, pieces, done = S[NUNITS], 0, 0
     while pieces < budget:
         LOSE = _grow(LOSE, HF.shape[0])
         best, losers = _pop_best(P, UC, UF, S, SF, HF, HI, cps, UL, LOSE)
@@ -571,7 +572,7 @@ def _run(SYM, WS, WL, FREQ, cps, UL, S, SF, budget):
             _push_exact(np.int64(LOSE[i, 0]), LOSE[i, 1], P, UL, EN, S, HF, HI, cps)
         a, b = P[best, UA], P[best, UB]
         z, made, cps, UL, UC, UF, ST = _new_unit(a, b, cps, UL, UC, UF, S, ST)
-        pieces += made
+        before_a, before_b, before_z = UC[a], UC[b], UC[z]
         merges = _grow(merges, done + 1)
         merges[done, 0], merges[done, 1], merges[done, 2] = a, b, z
         done += 1
@@ -590,15 +591,21 @@ def _run(SYM, WS, WL, FREQ, cps, UL, S, SF, budget):
         _merge(best, z, SYM, WS, WL, FREQ, BUF, P, HT, S, SF, UC, UF, UL, PN, W, EN, TOUCH, PUSH)
         HF, HI = _grow(HF, S[HSIZE] + S[NPUSH]), _grow(HI, S[HSIZE] + S[NPUSH])
         _push_all(P, UC, UF, S, SF, HF, HI, cps, UL, PUSH)
-    return merges[:done], cps[:S[NCPS]], UL[:S[NUNITS]]
+        if not drop_absorbed:
+            pieces += made
+            continue
+        pieces += z >= first and before_z == 0  # UC[z] > 0 now
+        pieces -= a >= first and UC[a] == 0 and before_a > 0
+        pieces -= b != a and b >= first and UC[b] == 0 and before_b > 0
+    return merges[:done], cps[:S[NCPS]], UL[:S[NUNITS]], UC[:S[NUNITS]]
 
 
 def run_merges(
     words: Mapping[str, int], units: list[str], criterion: str, min_frequency: int,
-    budget: int, slack: float = 0.03,
+    budget: int, slack: float = 0.03, drop_absorbed: bool = False,
 ) -> tuple[list[tuple[str, str]], list[str]]:
-    """Merger(words, units, criterion, min_frequency, slack).run(budget), compiled:
-    (merges, new pieces), the same as the Python loop's."""
+    """Merger(words, units, criterion, min_frequency, slack).run(budget, drop_absorbed),
+    compiled: (merges, new pieces), the same as the Python loop's."""
     order = sorted(words)
     ids = {unit: i for i, unit in enumerate(units)}
     first = {unit: i for unit, i in ids.items() if not unit.startswith(PREFIX)}
@@ -615,11 +622,13 @@ def run_merges(
     scalars[CRIT], scalars[MINF] = CRITERION_CODES[criterion], min_frequency
     floats = np.zeros(3)
     floats[KEEP] = 1.0 - slack
-    rows, cps, spelled = _run(syms, starts, lengths, freqs, cps, spelled, scalars, floats, budget)
+    rows, cps, spelled, counts = _run(syms, starts, lengths, freqs, cps, spelled, scalars,
+                                      floats, budget, drop_absorbed)
     names = [chr_codes.tobytes().decode("utf-32-le") for chr_codes in
              (cps[off:off + length] for off, length in spelled[:, OFF:].tolist())]
     merges = [(names[a], names[b]) for a, b, _ in rows.tolist()]
-    pieces = names[len(units):]
+    pieces = [name for name, count in zip(names[len(units):], counts[len(units):].tolist())
+              if count > 0 or not drop_absorbed]
     return merges, pieces
 
 

@@ -239,14 +239,23 @@ class Merger:
             self._push_exact(entry)
         return None if best is None else best[4]
 
-    def run(self, budget: int, progress: bool = False) -> tuple[list[tuple[str, str]], list[str]]:
-        """Merge until `budget` new pieces exist or no pair qualifies; (merges, new pieces)."""
+    def run(self, budget: int, progress: bool = False, drop_absorbed: bool = False
+            ) -> tuple[list[tuple[str, str]], list[str]]:
+        """Merge until `budget` new pieces exist or no pair qualifies; (merges, new pieces).
+
+        With `drop_absorbed`, a piece whose count fell to 0 (every occurrence merged into
+        longer pieces, e.g. "perhap" once "perhaps" exists) does not count and is left out of
+        the pieces: it has probability 0 under the unigram model, and the merges go on until
+        `budget` pieces of positive count exist.
+        """
         from bertkit.io import progress_bar
 
         merges: list[tuple[str, str]] = []
         pieces: list[str] = []
+        first = len(self.units)
+        alive = 0
         with progress_bar(total=budget, unit="merge", desc="merging", disable=not progress) as bar:
-            while len(pieces) < budget:
+            while (alive if drop_absorbed else len(pieces)) < budget:
                 key = self.pop_best()
                 if key is None:
                     break
@@ -259,7 +268,12 @@ class Merger:
                     self._add_unit(merged)
                     pieces.append(merged)
                     bar.update(1)
-                self.merge(a, b, self.unit_id[merged])
+                z = self.unit_id[merged]
+                alive -= sum(self.counts[u] > 0 for u in {a, b, z} if u >= first)
+                self.merge(a, b, z)
+                alive += sum(self.counts[u] > 0 for u in {a, b, z} if u >= first)
+        if drop_absorbed:
+            pieces = [piece for piece in pieces if self.counts[self.unit_id[piece]] > 0]
         return merges, pieces
 
     def _add_unit(self, unit: str) -> None:
