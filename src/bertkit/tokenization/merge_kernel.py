@@ -4,9 +4,9 @@ Same algorithm, same arithmetic, same merges (tests/tokenization/test_merge_kern
 it against the Python :class:`~bertkit.tokenization.merges.Merger` on random corpora): the
 lazily re-validated heap of upper bounds with count floors, exact entries for popped losers
 and parked count-free bounds; see that class for why it is correct. Only the data structures
-differ, to suit compiled code. Python spends about 0.4 µs per dictionary, set and heap
-operation and the loop does tens of millions of them at 30k pieces (11 s of the 14 s end to
-end, docs/benchmarks.md); compiled, the loop takes well under a second.
+differ, to suit compiled code. In Python the loop makes about 27 million calls at 30k
+pieces on 50 books (11.6 s CPU of the 14.5 s end to end); compiled it takes 2.2 s, mostly
+heap sifting and pointer chasing in memory (docs/benchmarks.md).
 
 Data structures. A pair gets a permanent id (``pid``) the first time it occurs, through an
 open-addressing table from ``a << 32 | b``; its statistics are one row of ``P``. The lists
