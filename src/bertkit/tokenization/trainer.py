@@ -55,8 +55,8 @@ class TrainerConfig:
     (the default) a learned piece whose every occurrence was merged into longer pieces
     ("perhap" once "perhaps" exists) is left out and the merges go on until `vocab_size`
     entries of positive count exist: such a piece has probability 0 under the unigram model
-    and is almost never used by the tokenizer (at 8k on 50 books it is 394 pieces, 5% of
-    the vocabulary; dropping them improves held-out tokens/word and log-likelihood,
+    and is rarely used by the tokenizer (at 8k on 50 books: 320 pieces, 4% of the
+    vocabulary; dropping them improves held-out tokens/word and log-likelihood,
     docs/benchmarks.md).
     """
 
