@@ -23,7 +23,7 @@ XL_TOTAL, PARK, KEEP = range(3)  # float scalars (SF)
 _EMPTY = -1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _str_cmp(cps, UL, x, y):
     """-1, 0 or 1 as unit x's spelling sorts before, with or after unit y's (by code point)."""
     ox, lx, oy, ly = UL[x, OFF], UL[x, LEN], UL[y, OFF], UL[y, LEN]
@@ -33,7 +33,7 @@ def _str_cmp(cps, UL, x, y):
     return -1 if lx < ly else (1 if lx > ly else 0)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _before(f1, c1, a1, b1, k1, f2, c2, a2, b2, k2, cps, UL):
     """(f1, c1, a1, b1, k1) < (f2, c2, a2, b2, k2) in the Python tuple order."""
     if f1 != f2:
@@ -105,7 +105,7 @@ def _heap_pop(HF, HI, S, cps, UL):
     HI[i, :] = HI[n, :]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _link(pool, S, size_slot, head, value):
     """Prepend `value` to the list starting at `head`; returns the new head."""
     node = S[size_slot]
@@ -114,7 +114,7 @@ def _link(pool, S, size_slot, head, value):
     return node
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _hash(key, mask):
     """splitmix64's finalizer (int64 arithmetic; shifts masked to be logical)."""
     x = (key ^ ((key >> 30) & 0x3FFFFFFFF)) * -4658895280553007687

@@ -88,12 +88,12 @@ from bertkit.tokenization.kernel_structs import (
 from bertkit.tokenization.merges import PREFIX
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _xlogx(x):
     return x * math.log(x) if x > 0 else 0.0
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _score(crit, count, same, ca, cb, xa, xb, total, xl_total):
     """Merger._score, the same operations in the same order, of a pair with units counted
     ca and cb, xa = F(ca), xb = F(cb) (or floors and their F); scalars only, as array
@@ -113,7 +113,7 @@ def _score(crit, count, same, ca, cb, xa, xb, total, xl_total):
     return float(count)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _free_bound(count, same, total, xl_total):
     """Merger._free_bound: a bound of the gain that holds for any unit counts."""
     m = total - count
@@ -179,7 +179,7 @@ def _pop_best(P, UC, UF, S, SF, HF, HI, cps, UL, LOSE):
     return best, nl
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _pair_id(a, b, P, HT, S, UL, PN):
     """The id of pair (a, b), made (row zeroed, linked to its units' partners) if new."""
     key = a << 32 | b
@@ -198,7 +198,7 @@ def _pair_id(a, b, P, HT, S, UL, PN):
     return pid
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _relink(pid, P, UL, PN, S):
     """Put the pair back in the partner lists of its units (bit 1: a's, bit 2: b's) that
     dropped it while it had count 0."""
@@ -210,7 +210,7 @@ def _relink(pid, P, UL, PN, S):
     P[pid, LINKS] = 3
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _add(x, y, change, w, P, HT, S, UL, PN, W, TOUCH):
     """Add `change` to pair (x, y)'s pending delta (w >= 0: word w now holds the pair)."""
     pid = _pair_id(x, y, P, HT, S, UL, PN)
@@ -255,7 +255,7 @@ def _rewrite(w, a, b, z, SYM, WS, WL, FREQ, BUF, P, HT, S, UL, PN, W, TOUCH):
     return merged
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _may_rise(pid, new, old, P, UC, S):
     """Merger._may_rise: whether the gain may have risen although the count fell."""
     if P[pid, STATE] == PARKED:
@@ -268,7 +268,7 @@ def _may_rise(pid, new, old, P, UC, S):
     return new * (spread - 2 * new) <= ca * cb or old * (spread - 2 * old) <= ca * cb
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _mark_push(pid, P, S, PUSH):
     if P[pid, MARK] != S[STAMP] + 1:
         P[pid, MARK] = S[STAMP] + 1
