@@ -21,7 +21,7 @@ the strings by code point as Python does.
 
 Arrays grow (doubling) only in :func:`_run`, before the step that may need the room, so the
 helpers never reallocate. Compiled on first use and cached (``cache=True``, in
-``__pycache__`` or ``NUMBA_CACHE_DIR``): about 25 s once, then loaded in under a second
+``__pycache__`` or ``NUMBA_CACHE_DIR``): about 20 s once, then loaded in under a second
 (docs/benchmarks.md). The heap, tables and pools are in
 :mod:`bertkit.tokenization.kernel_structs`.
 """
