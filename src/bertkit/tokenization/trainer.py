@@ -155,7 +155,8 @@ def train_from_counts(
     # imported here so that importing the trainer does not import numba.
     from bertkit.tokenization.merge_kernel import run_merges
 
-    logger.info("merging: %d new pieces to learn", budget)
+    logger.info("merging: %d new pieces to learn (the first run after installing compiles the "
+                "merge loop, about 20 s; later runs load it from numba's cache)", budget)
     merges, pieces = run_merges(usable, units, config.criterion, config.min_frequency, budget,
                                 drop_absorbed=config.drop_absorbed)
     result = TrainResult(head + units + pieces, merges, pieces, alphabet, len(pieces) < budget,
