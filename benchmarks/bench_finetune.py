@@ -8,10 +8,11 @@ one process, back to back (`--rounds` alternates them), with the same thread cou
 covers tokenization, training and the dev evaluation (bertkit's also includes its resumable
 checkpoint and release saves, which the plain loop does not do). One-time import costs are paid before timing.
 
-Contenders: `bertkit` with its defaults (length-grouped batches, packed dense layers, `--precision
-auto`, `--compile` as given), `bertkit-padded` (random batches, padded forward: what bertkit did
-before), and `transformers` (random batches, dynamic padding, fp32). Throughput = training
-examples / wall second.
+Contenders: `bertkit` with its defaults (random batches, packed dense layers, `--precision auto`,
+`--compile` as given), `bertkit-grouped` (`--grouped`: length-grouped batches too, the default
+until grouping was found to hurt stability), `bertkit-padded` (random batches, padded forward:
+what bertkit did before packing), and `transformers` (random batches, dynamic padding, fp32).
+Throughput = training examples / wall second.
 
     python benchmarks/bench_finetune.py --train-examples 4000
     python benchmarks/bench_finetune.py --quick
@@ -40,7 +41,9 @@ def read_sst2(path: Path, limit: int | None) -> tuple[list[str], list[int]]:
     return [r[0] for r in rows], [int(r[1]) for r in rows]
 
 
-def run_bertkit(model_dir: str, args: argparse.Namespace, padded: bool = False) -> dict:
+def run_bertkit(model_dir: str, args: argparse.Namespace, padded: bool = False,
+                grouped: bool | None = None) -> dict:
+    """`grouped`: length-grouped batches (default: bertkit's default; never when `padded`)."""
     from bertkit.training.finetune import FinetuneConfig, finetune_train_config, run_one
 
     out = Path(tempfile.mkdtemp(prefix="bench-ft-bertkit-"))
@@ -53,7 +56,8 @@ def run_bertkit(model_dir: str, args: argparse.Namespace, padded: bool = False) 
             task="sst2", model_dir=model_dir, data_dir=str(args.glue), train=train, epochs=1,
             max_seq_length=args.max_length, max_train_examples=args.train_examples,
             max_eval_examples=args.dev_examples, eval_batch_size=64, predict_test=False,
-            group_by_length=not padded, packed=not padded))
+            packed=not padded, **({} if grouped is None and not padded
+                                  else {"group_by_length": bool(grouped)})))
         return {"seconds": time.perf_counter() - start, "accuracy": metrics["accuracy"],
                 "steps": metrics["steps"]}
     finally:
@@ -125,6 +129,9 @@ def main() -> None:
     p.add_argument("--precision", default="auto", help="bertkit's --precision (default auto)")
     p.add_argument("--compile", action="store_true", help="bertkit with torch.compile")
     p.add_argument("--no-padded", action="store_true", help="skip the bertkit-padded contender")
+    p.add_argument("--grouped", action="store_true",
+                   help="add bertkit-grouped: length-grouped batches + packed (off by default: "
+                        "grouping makes batches non-i.i.d., see docs/results.md)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=1, help="alternate bertkit / reference N times")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -142,6 +149,8 @@ def main() -> None:
     runners = [("bertkit", run_bertkit), ("transformers", run_transformers)]
     if not args.no_padded:
         runners.insert(1, ("bertkit-padded", lambda m, a: run_bertkit(m, a, padded=True)))
+    if args.grouped:
+        runners.insert(1, ("bertkit-grouped", lambda m, a: run_bertkit(m, a, grouped=True)))
     results: dict[str, list[dict]] = {name: [] for name, _ in runners}
     for r in range(args.rounds):
         # Alternate who goes first: the load on this shared machine drifts over minutes.

@@ -71,8 +71,11 @@ def _add_finetune(subparsers) -> None:
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the model (padded batches; see docs/benchmarks.md)")
     p.add_argument("--no-packing", action="store_true",
-                   help="random batches and the padded forward (bertkit's behaviour before "
-                   "length-grouped, packed fine-tuning)")
+                   help="the padded forward (dense layers on padding too); the packed one gives "
+                   "the same loss and gradients, faster")
+    p.add_argument("--group-by-length", action="store_true",
+                   help="batches of similar lengths: less padding in attention, but batches "
+                   "are no longer i.i.d. and runs are less stable (docs/results.md)")
     p.add_argument("--eval-every", type=int, default=0, help="steps between dev evaluations")
     p.add_argument("--no-test-predictions", action="store_true",
                    help="do not label the test file(s) found beside train/dev")
@@ -172,7 +175,7 @@ def finetune_config(args: argparse.Namespace) -> tuple[FinetuneConfig, list[floa
         split_dev=args.split_dev, max_train_examples=args.max_train_examples,
         freeze_encoder=args.freeze_encoder, features=args.features,
         columns=_columns(args) or ColumnSpec(), predict_test=not args.no_test_predictions,
-        keep_training_state=args.keep_training_state, group_by_length=not args.no_packing,
+        keep_training_state=args.keep_training_state, group_by_length=args.group_by_length,
         packed=not args.no_packing, **_feature_options(args))
     for ep in epochs[1:]:
         dataclasses.replace(cfg, epochs=ep)

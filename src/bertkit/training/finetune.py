@@ -79,7 +79,10 @@ class FinetuneConfig:
     columns: ColumnSpec = field(default_factory=ColumnSpec)
     predict_test: bool = True  # also label the test file(s) when present (GLUE submissions)
     keep_training_state: bool = False  # keep checkpoints/ of a finished run (else only the model)
-    group_by_length: bool = True  # batches of similar lengths (shuffled groups; less padding)
+    # Batches of similar lengths (shuffled groups; less padding in attention). Off by default:
+    # such batches are not i.i.d. samples (where length correlates with the label, as in STS-B,
+    # batch label means vary 2.2x more) and runs were less stable; see docs/results.md.
+    group_by_length: bool = False
     packed: bool = True  # dense layers on real tokens only, where the head's loss allows it
 
     def __post_init__(self) -> None:
