@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
+import math
 import random
 
+import numba.core.config
 import pytest
+from numba import njit
+from numba.core import caching
 
+from bertkit.tokenization import kernel_structs
 from bertkit.tokenization.merge_kernel import run_merges
 from bertkit.tokenization.merges import Merger
 
@@ -41,3 +47,30 @@ def test_compiled_loop_matches_on_a_larger_corpus():
     units = _units(words)
     expected = Merger(words, units, "likelihood", 2).run(2000, drop_absorbed=True)
     assert run_merges(words, units, "likelihood", 2, 2000, drop_absorbed=True) == expected
+
+
+def test_no_words_no_merges():
+    """No usable word (all too long or outside the alphabet): no merges, as the Python loop."""
+    assert run_merges({}, [], "likelihood", 2, 10) == Merger({}, [], "likelihood", 2).run(10)
+
+
+@pytest.mark.parametrize("name", ["kernel_structs", "merge_kernel"])
+def test_modules_load_without_a_writable_cache_folder(monkeypatch, name):
+    """No folder numba could cache in (read-only install and home): numba refuses cache=True
+    at import; the kernel modules still load (compiled per process instead)."""
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl
+    monkeypatch.setattr(impl, "_locator_classes", [])
+    monkeypatch.setattr(numba.core.config, "CACHE_LOCATOR_CLASSES", "", raising=False)
+
+    def twice(x):
+        return 2 * x
+
+    with pytest.raises(RuntimeError, match="no locator"):
+        njit(cache=True)(twice)
+    spec = importlib.util.find_spec(f"bertkit.tokenization.{name}")
+    module = importlib.util.module_from_spec(spec)  # a fresh copy: sys.modules keeps its own
+    spec.loader.exec_module(module)
+    if name == "merge_kernel":
+        assert module._xlogx(2.0) == 2.0 * math.log(2.0)  # compiled, not cached
+    else:
+        assert module._hash(12345, 1023) == kernel_structs._hash(12345, 1023)

@@ -266,6 +266,17 @@ def test_round_trip_on_real_text(shared_data: Path, tmp_path):
         assert "[UNK]" not in pieces or not set(result.alphabet).issuperset(word), word
 
 
+def test_no_usable_word_leaves_the_special_tokens(caplog):
+    """Every word maps to [UNK] whole (over 100 characters, or a character outside the
+    alphabet): the vocabulary holds the special tokens and the alphabet's units, nothing else."""
+    with caplog.at_level(logging.WARNING):
+        result = train_from_counts({"x" * 101: 3}, _config(vocab_size=20))
+    assert result.vocab == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and not result.merges
+    assert result.stopped_early and result.skipped_words == 1
+    result = train_from_counts({"ab": 3, "ac": 1}, _config(vocab_size=20, limit_alphabet=1))
+    assert result.alphabet == ["a"] and result.vocab[5:] == [] and result.skipped_words == 2
+
+
 def test_bad_input_errors(tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n  \n", encoding="utf-8")

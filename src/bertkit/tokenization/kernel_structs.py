@@ -23,7 +23,18 @@ XL_TOTAL, PARK, KEEP = range(3)  # float scalars (SF)
 _EMPTY = -1
 
 
-@njit(cache=True)
+def cached_njit(func):
+    """`njit` with numba's on-disk cache (``__pycache__`` beside the source, else
+    ``NUMBA_CACHE_DIR`` or the user's cache folder). Where none is writable (a read-only
+    install and home), numba refuses ``cache=True`` at import; the function is then compiled
+    in every process that uses it (about 20 s for the merge loop) instead of failing."""
+    try:
+        return njit(cache=True)(func)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return njit(func)
+
+
+@cached_njit
 def _str_cmp(cps, UL, x, y):
     """-1, 0 or 1 as unit x's spelling sorts before, with or after unit y's (by code point)."""
     ox, lx, oy, ly = UL[x, OFF], UL[x, LEN], UL[y, OFF], UL[y, LEN]
@@ -33,7 +44,7 @@ def _str_cmp(cps, UL, x, y):
     return -1 if lx < ly else (1 if lx > ly else 0)
 
 
-@njit(cache=True)
+@cached_njit
 def _before(f1, c1, a1, b1, k1, f2, c2, a2, b2, k2, cps, UL):
     """(f1, c1, a1, b1, k1) < (f2, c2, a2, b2, k2) in the Python tuple order."""
     if f1 != f2:
@@ -47,7 +58,7 @@ def _before(f1, c1, a1, b1, k1, f2, c2, a2, b2, k2, cps, UL):
     return k1 < k2
 
 
-@njit(cache=True)
+@cached_njit
 def _tie_less(c1, a1, b1, k1, v1, c2, a2, b2, k2, v2, cps, UL):
     """Two heap entries with equal bounds: entries of one pair by (count, version), as
     Python's tuples; others by (count, unit a, unit b). Rare, so kept out of line."""
@@ -56,7 +67,7 @@ def _tie_less(c1, a1, b1, k1, v1, c2, a2, b2, k2, v2, cps, UL):
     return _before(0.0, c1, a1, b1, k1, 0.0, c2, a2, b2, k2, cps, UL)
 
 
-@njit(cache=True)
+@cached_njit
 def _rows_less(HF, HI, i, j, cps, UL):
     """Heap row i before row j."""
     if HF[i] != HF[j]:
@@ -65,7 +76,7 @@ def _rows_less(HF, HI, i, j, cps, UL):
                      HI[j, 0], HI[j, 1], HI[j, 2], HI[j, 3], HI[j, 4], cps, UL)
 
 
-@njit(cache=True)
+@cached_njit
 def _heap_push(HF, HI, S, neg_bound, neg_count, a, b, pid, version, cps, UL):
     """Push (caller made the room) entry (-bound, -count, a, b, pid, version)."""
     i = S[HSIZE]
@@ -83,7 +94,7 @@ def _heap_push(HF, HI, S, neg_bound, neg_count, a, b, pid, version, cps, UL):
     HI[i, 0], HI[i, 1], HI[i, 2], HI[i, 3], HI[i, 4] = neg_count, a, b, pid, version
 
 
-@njit(cache=True)
+@cached_njit
 def _heap_pop(HF, HI, S, cps, UL):
     """Remove the top entry (read it at row 0 first): the last entry sinks from the top."""
     n = S[HSIZE] - 1
@@ -105,7 +116,7 @@ def _heap_pop(HF, HI, S, cps, UL):
     HI[i, :] = HI[n, :]
 
 
-@njit(cache=True)
+@cached_njit
 def _link(pool, S, size_slot, head, value):
     """Prepend `value` to the list starting at `head`; returns the new head."""
     node = S[size_slot]
@@ -114,7 +125,7 @@ def _link(pool, S, size_slot, head, value):
     return node
 
 
-@njit(cache=True)
+@cached_njit
 def _hash(key, mask):
     """splitmix64's finalizer (int64 arithmetic; shifts masked to be logical)."""
     x = (key ^ ((key >> 30) & 0x3FFFFFFFF)) * -4658895280553007687
@@ -122,7 +133,7 @@ def _hash(key, mask):
     return (x ^ ((x >> 31) & 0x1FFFFFFFF)) & mask
 
 
-@njit(cache=True)
+@cached_njit
 def _rehash(HT, size):
     new = np.full((size, 2), _EMPTY, dtype=np.int64)
     for row in range(HT.shape[0]):
@@ -134,7 +145,7 @@ def _rehash(HT, size):
     return new
 
 
-@njit(cache=True)
+@cached_njit
 def _grow(arr, need):
     """`arr` with at least `need` rows (doubling; the old rows copied)."""
     if arr.shape[0] >= need:
@@ -144,7 +155,7 @@ def _grow(arr, need):
     return new
 
 
-@njit(cache=True)
+@cached_njit
 def _spelling_hash(cps, off, length, mask):
     h = 1469598103934665603
     for i in range(off, off + length):
@@ -152,7 +163,7 @@ def _spelling_hash(cps, off, length, mask):
     return (h >> 8) & mask
 
 
-@njit(cache=True)
+@cached_njit
 def _find_unit(cps, off, length, UL, ST):
     """The slot of the unit spelled cps[off:off+length] in ST, or of the empty slot for it."""
     mask = ST.shape[0] - 1
@@ -166,7 +177,7 @@ def _find_unit(cps, off, length, UL, ST):
     return slot
 
 
-@njit(cache=True)
+@cached_njit
 def _index_units(cps, UL, S):
     """The spelling table of the first S[NUNITS] units."""
     size = 1024
@@ -178,7 +189,7 @@ def _index_units(cps, UL, S):
     return ST
 
 
-@njit(cache=True)
+@cached_njit
 def _new_unit(a, b, cps, UL, UC, UF, S, ST):
     """The unit spelled a + b without its "##" (made if new); (unit, made, cps, UL, UC, UF, ST)."""
     length = UL[a, LEN] + UL[b, LEN] - 2

@@ -22,7 +22,8 @@ the strings by code point as Python does.
 Arrays grow (doubling) only in :func:`_run`, before the step that may need the room, so the
 helpers never reallocate. Compiled on first use and cached (``cache=True``, in
 ``__pycache__`` or ``NUMBA_CACHE_DIR``): about 20 s once, then loaded in under a second
-(docs/benchmarks.md). The heap, tables and pools are in
+(docs/benchmarks.md); with no writable cache folder, compiled once per process
+(:func:`~bertkit.tokenization.kernel_structs.cached_njit`). The heap, tables and pools are in
 :mod:`bertkit.tokenization.kernel_structs`.
 """
 
@@ -32,7 +33,6 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
-from numba import njit
 
 from bertkit.tokenization.kernel_structs import (
     _EMPTY,
@@ -84,16 +84,17 @@ from bertkit.tokenization.kernel_structs import (
     _link,
     _new_unit,
     _rehash,
+    cached_njit,
 )
 from bertkit.tokenization.merges import PREFIX
 
 
-@njit(cache=True)
+@cached_njit
 def _xlogx(x):
     return x * math.log(x) if x > 0 else 0.0
 
 
-@njit(cache=True)
+@cached_njit
 def _score(crit, count, same, ca, cb, xa, xb, total, xl_total):
     """Merger._score, the same operations in the same order, of a pair with units counted
     ca and cb, xa = F(ca), xb = F(cb) (or floors and their F); scalars only, as array
@@ -113,7 +114,7 @@ def _score(crit, count, same, ca, cb, xa, xb, total, xl_total):
     return float(count)
 
 
-@njit(cache=True)
+@cached_njit
 def _free_bound(count, same, total, xl_total):
     """Merger._free_bound: a bound of the gain that holds for any unit counts."""
     m = total - count
@@ -121,7 +122,7 @@ def _free_bound(count, same, total, xl_total):
     return rest + count * math.log(count) if same else rest - count * math.log(count)
 
 
-@njit(cache=True)
+@cached_njit
 def _push(pid, P, UC, UF, S, SF, HF, HI, cps, UL):
     """Merger._push: the floor bound, or the count-free bound if it is below the park."""
     a, b, count = P[pid, UA], P[pid, UB], P[pid, COUNT]
@@ -138,7 +139,7 @@ def _push(pid, P, UC, UF, S, SF, HF, HI, cps, UL):
     _heap_push(HF, HI, S, -bound, -count, a, b, pid, P[pid, VERSION], cps, UL)
 
 
-@njit(cache=True)
+@cached_njit
 def _push_exact(pid, neg_score, P, UL, EN, S, HF, HI, cps):
     """Merger._push_exact: the exact priority, valid until a unit count of the pair falls."""
     P[pid, VERSION] += 1
@@ -149,7 +150,7 @@ def _push_exact(pid, neg_score, P, UL, EN, S, HF, HI, cps):
                P[pid, VERSION], cps, UL)
 
 
-@njit(cache=True)
+@cached_njit
 def _pop_best(P, UC, UF, S, SF, HF, HI, cps, UL, LOSE):
     """Merger.pop_best, without pushing the losers: returns (best pid or -1, losers), the
     losers' pids and exact -scores in LOSE (room for the whole heap)."""
@@ -179,7 +180,7 @@ def _pop_best(P, UC, UF, S, SF, HF, HI, cps, UL, LOSE):
     return best, nl
 
 
-@njit(cache=True)
+@cached_njit
 def _pair_id(a, b, P, HT, S, UL, PN):
     """The id of pair (a, b), made (row zeroed, linked to its units' partners) if new."""
     key = a << 32 | b
@@ -198,7 +199,7 @@ def _pair_id(a, b, P, HT, S, UL, PN):
     return pid
 
 
-@njit(cache=True)
+@cached_njit
 def _relink(pid, P, UL, PN, S):
     """Put the pair back in the partner lists of its units (bit 1: a's, bit 2: b's) that
     dropped it while it had count 0."""
@@ -210,7 +211,7 @@ def _relink(pid, P, UL, PN, S):
     P[pid, LINKS] = 3
 
 
-@njit(cache=True)
+@cached_njit
 def _add(x, y, change, w, P, HT, S, UL, PN, W, TOUCH):
     """Add `change` to pair (x, y)'s pending delta (w >= 0: word w now holds the pair)."""
     pid = _pair_id(x, y, P, HT, S, UL, PN)
@@ -223,7 +224,7 @@ def _add(x, y, change, w, P, HT, S, UL, PN, W, TOUCH):
         P[pid, WHERE] = _link(W, S, NWHERE, P[pid, WHERE], w)
 
 
-@njit(cache=True)
+@cached_njit
 def _rewrite(w, a, b, z, SYM, WS, WL, FREQ, BUF, P, HT, S, UL, PN, W, TOUCH):
     """Merger._rewrite: merge every a b of word w, left to right; returns how many."""
     start, n, freq = WS[w], WL[w], FREQ[w]
@@ -255,7 +256,7 @@ def _rewrite(w, a, b, z, SYM, WS, WL, FREQ, BUF, P, HT, S, UL, PN, W, TOUCH):
     return merged
 
 
-@njit(cache=True)
+@cached_njit
 def _may_rise(pid, new, old, P, UC, S):
     """Merger._may_rise: whether the gain may have risen although the count fell."""
     if P[pid, STATE] == PARKED:
@@ -268,7 +269,7 @@ def _may_rise(pid, new, old, P, UC, S):
     return new * (spread - 2 * new) <= ca * cb or old * (spread - 2 * old) <= ca * cb
 
 
-@njit(cache=True)
+@cached_njit
 def _mark_push(pid, P, S, PUSH):
     if P[pid, MARK] != S[STAMP] + 1:
         P[pid, MARK] = S[STAMP] + 1
@@ -276,7 +277,7 @@ def _mark_push(pid, P, S, PUSH):
         S[NPUSH] += 1
 
 
-@njit(cache=True)
+@cached_njit
 def _apply(P, UC, S, TOUCH, PUSH, UL, PN):
     """Merger._apply: add the pending deltas; mark for pushing the pairs that grew, and
     (likelihood) those that fell but whose gain may have risen."""
@@ -296,7 +297,7 @@ def _apply(P, UC, S, TOUCH, PUSH, UL, PN):
             _mark_push(pid, P, S, PUSH)
 
 
-@njit(cache=True)
+@cached_njit
 def _push_partners(unit, P, UL, PN, S, PUSH):
     """Mark the unit's pairs but the parked for pushing; unlink those with count 0."""
     node, prev = UL[unit, PARTNERS], _EMPTY
@@ -315,7 +316,7 @@ def _push_partners(unit, P, UL, PN, S, PUSH):
         node = after
 
 
-@njit(cache=True)
+@cached_njit
 def _lower_floors(a, b, z, P, UC, UF, UL, PN, S, SF, PUSH):
     """Merger._lower_floors: a unit whose count fell below its floor gets a new floor, and
     its pairs (but the parked) are marked for pushing; a new unit gets its first floor."""
@@ -328,7 +329,7 @@ def _lower_floors(a, b, z, P, UC, UF, UL, PN, S, SF, PUSH):
             UF[unit, XL_FLOOR] = _xlogx(UF[unit, FLOOR])
 
 
-@njit(cache=True)
+@cached_njit
 def _merge(pid_ab, z, SYM, WS, WL, FREQ, BUF, P, HT, S, SF, UC, UF, UL, PN, W, EN, TOUCH, PUSH):
     """Merger.merge up to its pushes: rewrite a b -> z, update the statistics and mark in
     PUSH the pairs to push (:func:`_push_all`, once the heap has room)."""
@@ -363,14 +364,14 @@ def _merge(pid_ab, z, SYM, WS, WL, FREQ, BUF, P, HT, S, SF, UC, UF, UL, PN, W, E
         _lower_floors(a, b, z, P, UC, UF, UL, PN, S, SF, PUSH)
 
 
-@njit(cache=True)
+@cached_njit
 def _push_all(P, UC, UF, S, SF, HF, HI, cps, UL, PUSH):
     for t in range(S[NPUSH]):
         if P[PUSH[t], COUNT] >= S[MINF]:
             _push(PUSH[t], P, UC, UF, S, SF, HF, HI, cps, UL)
 
 
-@njit(cache=True)
+@cached_njit
 def _count_pairs(SYM, WS, WL, FREQ, P, HT, S, UC, UL, PN, W):
     """Unit counts, pair counts and the word lists of the initial segmentation."""
     for w in range(WS.shape[0]):
@@ -383,7 +384,7 @@ def _count_pairs(SYM, WS, WL, FREQ, P, HT, S, UC, UL, PN, W):
             P[pid, WHERE] = _link(W, S, NWHERE, P[pid, WHERE], w)
 
 
-@njit(cache=True)
+@cached_njit
 def _setup(SYM, WS, WL, FREQ, cps, UL, S, SF):
     """Pair statistics, unit counts and floors, and the first heap (Merger.__init__)."""
     rows = SYM.shape[0] + 64
@@ -409,7 +410,7 @@ def _setup(SYM, WS, WL, FREQ, cps, UL, S, SF):
     return P, HT, W, PN, UC, UF, HF, HI
 
 
-@njit(cache=True)
+@cached_njit
 def _run(SYM, WS, WL, FREQ, cps, UL, S, SF, budget, drop_absorbed):
     """Merge until `budget` new pieces exist (with `drop_absorbed`, pieces of count > 0) or no
     pair qualifies (Merger.run); returns the merges as rows (a, b, merged unit), the unit
@@ -465,6 +466,8 @@ def run_merges(
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """Merger(words, units, criterion, min_frequency, slack).run(budget, drop_absorbed),
     compiled: (merges, new pieces), the same as the Python loop's."""
+    if not words:  # every word unusable (too long, or a character outside the alphabet)
+        return [], []
     order = sorted(words)
     ids = {unit: i for i, unit in enumerate(units)}
     first = {unit: i for unit, i in ids.items() if not unit.startswith(PREFIX)}
