@@ -8,8 +8,9 @@
    parameters per token + attention 12·L·H·T per token + the vocabulary projection at the masked
    positions only), so the MFU ratio is the throughput ratio.
 2. fine-tuning: `BertForSequenceClassification` (base), batches of 32 with SST-2-like lengths
-   (4..66 tokens, max length 128): bertkit (length-grouped batches + packed dense layers) vs
-   transformers (random batches, dynamic padding); examples/s and peak memory.
+   (4..66 tokens, max length 128): bertkit with length-grouped batches (`finetune
+   --group-by-length`, opt-in) + packed dense layers vs transformers (random batches, dynamic
+   padding); examples/s and peak memory.
 3. inference: `bertkit.inference.Encoder.encode` (texts -> vectors: tokenization, length
    bucketing, packed forward, bf16) vs transformers' BertModel on pre-tokenized, dynamically
    padded batches of 64 (mean pooling); sentences/s and peak memory.
@@ -166,7 +167,8 @@ def sst2_like_lengths(n: int, max_len: int, seed: int = 0) -> list[int]:
 
 
 def finetune_batches(lengths: list[int], B: int, grouped: bool, seed: int = 0):
-    """Index batches of B: random, or length-grouped (bertkit.data.collate) like `finetune`."""
+    """Index batches of B: random, or length-grouped (bertkit.data.collate) like `finetune
+    --group-by-length`."""
     from bertkit.data.collate import length_grouped_order
 
     gen = torch.Generator().manual_seed(seed)

@@ -248,3 +248,18 @@ def test_bad_input_is_one_line_error(tiny_model, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 1 and "\n" not in err
     assert "train.tsv:3: expected 4 tab-separated columns" in err
+
+
+@pytest.mark.parametrize("flags, packed, grouped", [
+    ([], True, False), (["--no-packing"], False, False), (["--group-by-length"], True, True),
+    (["--no-packing", "--group-by-length"], False, True)])
+def test_packing_and_length_grouping_are_separate_options(flags, packed, grouped, tmp_path):
+    """--no-packing only turns off the packed forward; length-grouped batches are opt-in
+    (--group-by-length), as grouped batches are not i.i.d. (issue 19)."""
+    from bertkit.cli.finetune_cmds import finetune_config
+    from bertkit.cli.main import build_parser
+
+    args = build_parser().parse_args(["finetune", "sst2", "--model", "m", "--data", "d",
+                                      "--output", str(tmp_path / "out"), *flags])
+    cfg = finetune_config(args)[0]
+    assert (cfg.packed, cfg.group_by_length) == (packed, grouped)
