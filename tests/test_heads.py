@@ -215,6 +215,26 @@ def test_tied_decoder_gradients_equal_f_linear(precision):
         assert torch.equal(ours, reference)
 
 
+def test_tied_decoder_traces_as_a_linear_layer():
+    """torch.jit.trace with gradients on (its check reruns under no_grad): the decoder is traced
+    as F.linear, not as an opaque Python autograd node that makes the check fail."""
+    class Decoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(50, 8))
+            self.bias = torch.nn.Parameter(torch.randn(50))
+
+        def forward(self, h):
+            return heads.tied_decoder(h, self.weight, self.bias)
+
+    torch.manual_seed(0)
+    decoder = Decoder()
+    traced = torch.jit.trace(decoder, torch.randn(3, 8))
+    assert "aten::linear" in str(traced.graph) and "TiedDecoder" not in str(traced.graph)
+    h = torch.randn(4, 8)
+    assert torch.equal(traced(h), decoder(h))
+
+
 # ---- packed training: the dense layers on real tokens only, same loss and gradients ------------
 
 PACKED_TOL = 2e-5

@@ -67,8 +67,10 @@ class MLMHead(nn.Module):
 def tied_decoder(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """`F.linear(h, weight, bias)`, h (..., H) -> (..., V), for a weight shared with the word
     embeddings; when training eagerly, through `_TiedDecoderFunction` (same values, bit for bit,
-    less memory traffic)."""
-    if not torch.is_grad_enabled() or torch.compiler.is_compiling() or not weight.requires_grad:
+    less memory traffic). Compiled or traced, `F.linear`: a Python autograd function would be
+    an opaque node in a TorchScript trace."""
+    if (not torch.is_grad_enabled() or not weight.requires_grad or torch.compiler.is_compiling()
+            or torch.jit.is_tracing()):
         return F.linear(h, weight, bias)
     device = h.device.type
     if torch.is_autocast_enabled(device):  # the casts autocast's linear would make, made here
