@@ -129,6 +129,23 @@ def test_a_collapsed_baseline_makes_the_verdict_cautious(tmp_path):
     assert "Every rate of the grid of MiniLM architecture, random init collapsed" in table
 
 
+def test_sst2_table_columns_follow_the_seed_numbers(tmp_path):
+    """Seed 10 is not shown under "seed 2" (store keys sort as text), and the seeds of an
+    earlier, larger --seeds get their own columns instead of overflowing the header."""
+    store = ResultsStore(tmp_path / "results.json", {})
+    for s in range(12):
+        for v in ("pretrained", "random"):
+            store.put(store.key(v, "sst2", s), {"score": 60.0 + s})
+    for seeds in (12, 3):
+        rows, _ = demo_finetune.sst2_lines(store, DemoConfig(tmp_path, seeds=seeds))
+        header, row = rows[0].split(" | "), rows[2].split(" | ")
+        assert len(header) == len(row) == 15 and header[4] == "seed 2" and row[4] == "62.0"
+        assert header[12] == "seed 10" and row[12] == "70.0"
+    store.put(store.key("random", "sst2", 12), {"score": 50.0, "collapsed": True})
+    rows, _ = demo_finetune.sst2_lines(store, DemoConfig(tmp_path, seeds=3))
+    assert rows[2].split(" | ")[14] == "—" and rows[3].split(" | ")[14] == "50.0*"
+
+
 def test_report_sections(tmp_path):
     learned = demo_report.Learned([("a [MASK] b.", [(",", 0.2), ("the", 0.1)]),
                                    ("c [MASK] d.", [(",", 0.3), ("of", 0.1)])],

@@ -104,20 +104,28 @@ def collapsed_count(store: ResultsStore, variant: str) -> int:
                if k.startswith(prefix))
 
 
+def seed_cells(store: ResultsStore, variant: str) -> dict[int, dict[str, Any]]:
+    """The finished runs of `variant` by seed number (keys sort as text: "10" before "2")."""
+    prefix = f"{variant}/{TASK}/"
+    return {int(k[len(prefix):]): c for k, c in store.data["cells"].items() if k.startswith(prefix)}
+
+
 def sst2_lines(store: ResultsStore, args: DemoConfig) -> tuple[list[str], list[str]]:
     """The SST-2 comparison as Markdown rows (a collapsed run is starred), and the verdicts
-    (ours; then the reference's)."""
-    seeds = args.seeds
+    (ours; then the reference's). A column per seed, with the seeds of an earlier, larger
+    --seeds too (the verdicts count them as well)."""
+    by_variant = {v: seed_cells(store, v) for v in NAMES}
+    seeds = max([args.seeds, *(max(cells) + 1 for cells in by_variant.values() if cells)])
     rows = ["| model | lr | " + " | ".join(f"seed {s}" for s in range(seeds)) + " | mean ± std |",
             "|---|---|" + "---|" * (seeds + 1)]
     for v, name in NAMES.items():
-        prefix = f"{v}/{TASK}/"
-        cells = [c for k, c in sorted(store.data["cells"].items()) if k.startswith(prefix)]
+        cells = by_variant[v]
         if cells:
             lr = selected_lr(store, args, v)  # None: its grid is unfinished
             rows.append(f"| {name} | {'—' if lr is None else f'{lr:g}'} | " + " | ".join(
-                f"{c['score']:.1f}" + ("*" if c.get("collapsed") else "") for c in cells) +
-                f" | {format_mean_std([c['score'] for c in cells], scale=1.0)} |")
+                f"{cells[s]['score']:.1f}" + ("*" if cells[s].get("collapsed") else "")
+                if s in cells else "—" for s in range(seeds)) +
+                f" | {format_mean_std([c['score'] for c in cells.values()], scale=1.0)} |")
     verdicts = [verdict(store, "pretrained", "random", "our pre-training (this run)")]
     if store.scores("minilm", TASK):
         verdicts.append(verdict(store, "minilm", "minilm-random", "MiniLM's pre-training"))
