@@ -12,8 +12,8 @@ none trained on), with the same fixed masks. Dropout is on (0.1) on both sides, 
 are two draws of the same computation: the accuracies agree within the run-to-run noise, not
 bit for bit (`tests/training/test_pretrain.py` checks the bit-level agreement without dropout).
 
-    python benchmarks/pretrain_side_by_side.py                    # mini, 300 steps, 6 books
-    python benchmarks/pretrain_side_by_side.py --steps 60 --books 2 --eval-every 30   # smoke
+    python benchmarks/pretrain_side_by_side.py                    # mini, 300 steps, 12 books
+    python benchmarks/pretrain_side_by_side.py --steps 20 --books 4 --chars 60000 --eval-every 10  # smoke
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def make_tokenizer(files: list[Path], size: int, out: Path) -> Path:
 
 def make_shards(args, work: Path, files: list[Path], tokenizer) -> Path:
     chunk = ChunkConfig(instance=InstanceConfig(max_seq_length=args.seq), dupe_factor=1)
-    prepare(files, tokenizer, work / "shards", PrepareConfig(chunk=chunk, chunk_chars=200_000),
+    prepare(files, tokenizer, work / "shards", PrepareConfig(chunk=chunk, chunk_chars=args.chars),
             progress=False)
     return work / "shards"
 
@@ -142,8 +142,10 @@ def run_reference(args, shards: Path, tokenizer, config: BertConfig) -> tuple[li
     collate = make_collate(dataset, "mlm+nsp", tokenizer, seed=args.seed + 1)
     decay = [p for n, p in ref.named_parameters() if p.ndim >= 2 and not n.endswith("bias")]
     rest = [p for n, p in ref.named_parameters() if p.ndim < 2 or n.endswith("bias")]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                             {"params": rest, "weight_decay": 0.0}], lr=args.lr, fused=True)
+    recipe = pretrain_train_config()  # bertkit's recipe (Adam's eps 1e-6, Google's; HF's is 1e-8)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
+                             {"params": rest, "weight_decay": 0.0}], lr=args.lr,
+                            betas=tuple(recipe.adam_betas), eps=recipe.adam_eps, fused=True)
     sched = get_linear_schedule_with_warmup(opt, round(0.1 * args.steps), args.steps)
     gen = torch.Generator().manual_seed(args.seed)
     per_epoch = len(train_set) // args.batch
@@ -180,9 +182,9 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--books", type=int, default=6)
-    p.add_argument("--chars", type=int, default=400_000, help="characters read from each book")
-    p.add_argument("--holdout", type=int, default=512)
+    p.add_argument("--books", type=int, default=12)
+    p.add_argument("--chars", type=int, default=200_000, help="characters read from each book")
+    p.add_argument("--holdout", type=int, default=0, help="default: the last chunk of the shards")
     p.add_argument("--eval-batches", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -195,7 +197,13 @@ def main() -> None:
         tok_dir = str(make_tokenizer(files, args.vocab_size, work / "tok"))
         tokenizer = BertTokenizer.from_pretrained(tok_dir)
         shards = make_shards(args, work, files, tokenizer)
-        n = len(ShardDataset(shards))
+        dataset = ShardDataset(shards)
+        n = len(dataset)
+        if not args.holdout:  # the last chunk: whole documents, none trained on
+            starts = [x for x in dataset.meta.get("chunk_starts") or [] if x > 0]
+            if not starts:
+                raise SystemExit("the shards are one chunk: give more --books or --chars")
+            args.holdout = n - starts[-1]
         config = BertConfig.preset(args.model, vocab_size=tokenizer.vocab_size,
                                    max_position_embeddings=max(512, args.seq))
         ours, ours_s = run_bertkit(args, shards, tok_dir, work)
