@@ -68,6 +68,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "random-init runs can stay at the majority class; docs/ablations.md; "
                    f"default: {_grid(D.finetune_lr)})")
     p.add_argument("--epochs", type=float, default=D.epochs)
+    _add_reference_options(p)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_demo)
+
+
+def _add_reference_options(p: argparse.ArgumentParser) -> None:
+    """The MiniLM opening probe and the MiniLM pre-trained vs random-init reference pair."""
     p.add_argument("--skip-probe", action="store_true", help="skip the MiniLM opening section")
     p.add_argument("--no-reference", action="store_true",
                    help="skip the MiniLM pre-trained vs random-init reference pair")
@@ -81,8 +88,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="fine-tuning epochs of all-MiniLM-L6-v2")
     p.add_argument("--reference-random-epochs", type=float, default=D.reference_random_epochs,
                    help="fine-tuning epochs of MiniLM's random-init copy")
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=run_demo)
 
 
 def run_demo(args: argparse.Namespace) -> int:

@@ -212,3 +212,13 @@ def _new_unit(a, b, cps, UL, UC, UF, S, ST):
     else:
         ST[slot] = z
     return z, True, cps, UL, UC, UF, ST
+
+
+def code_points(units: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The units' spellings as one array of code points and rows (-, -, offset, length)."""
+    lengths = np.fromiter(map(len, units), dtype=np.int64, count=len(units))
+    spelled = np.full((len(units), 4), _EMPTY, dtype=np.int64)
+    spelled[:, LEN] = lengths
+    spelled[:, OFF] = np.cumsum(lengths) - lengths
+    cps = np.frombuffer("".join(units).encode("utf-32-le"), dtype=np.int32).copy()
+    return cps, spelled

@@ -85,6 +85,7 @@ from bertkit.tokenization.kernel_structs import (
     _new_unit,
     _rehash,
     cached_njit,
+    code_points,
 )
 from bertkit.tokenization.merges import PREFIX
 
@@ -478,7 +479,7 @@ def run_merges(
     starts = np.zeros_like(lengths)
     np.cumsum(lengths[:-1], out=starts[1:])
     freqs = np.fromiter((words[word] for word in order), dtype=np.int64, count=len(order))
-    cps, spelled = _code_points(units)
+    cps, spelled = code_points(units)
     scalars = np.zeros(13, dtype=np.int64)
     scalars[NUNITS], scalars[NCPS] = len(units), spelled[-1, OFF] + spelled[-1, LEN]
     scalars[CRIT], scalars[MINF] = CRITERION_CODES[criterion], min_frequency
@@ -493,12 +494,3 @@ def run_merges(
               if count > 0 or not drop_absorbed]
     return merges, pieces
 
-
-def _code_points(units: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The units' spellings as one array of code points and rows (-, -, offset, length)."""
-    lengths = np.fromiter(map(len, units), dtype=np.int64, count=len(units))
-    spelled = np.full((len(units), 4), _EMPTY, dtype=np.int64)
-    spelled[:, LEN] = lengths
-    spelled[:, OFF] = np.cumsum(lengths) - lengths
-    cps = np.frombuffer("".join(units).encode("utf-32-le"), dtype=np.int32).copy()
-    return cps, spelled
