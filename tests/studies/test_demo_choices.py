@@ -57,6 +57,16 @@ def test_bad_lr_grid_is_refused():
         DemoConfig(Path("."), finetune_lr=())
 
 
+@pytest.mark.parametrize("option, value, flag", [
+    ("dupe_factor", 0, "--dupe-factor"), ("pretrain_batch_size", -4, "--pretrain-batch-size"),
+    ("dev_examples", 0, "--dev-examples"), ("max_seq_length", 4, "max_seq_length"),
+    ("vocab_size", 0, "vocab_size"), ("pretrain_mb", 0.0, "--pretrain-mb"),
+    ("pretrain_lr", -1e-3, "--pretrain-lr"), ("dropout", 1.0, "--dropout")])
+def test_impossible_numbers_are_refused_before_anything_runs(option, value, flag):
+    with pytest.raises(BertkitError, match=flag):
+        DemoConfig(Path("."), **{option: value})
+
+
 def test_select_lr_never_picks_a_collapsed_run():
     runs = {1e-4: {"score": 50.9, "collapsed": True}, 3e-4: {"score": 50.1},
             1e-3: {"score": 62.0}}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from bertkit.data.instances import InstanceConfig
 from bertkit.errors import BertkitError
 from bertkit.tokenization.trainer import TrainerConfig
 from bertkit.training.runtime import choose_device
@@ -99,6 +100,17 @@ class DemoConfig:
         if min(self.epochs, self.reference_epochs, self.reference_random_epochs) <= 0:
             raise BertkitError("--epochs, --reference-epochs and --reference-random-epochs "
                                "must be > 0")
+        for name, value, low in (("pretrain_batch_size", self.pretrain_batch_size, 1),
+                                 ("dupe_factor", self.dupe_factor, 1),
+                                 ("dev_examples", self.dev_examples, 1)):
+            if value is not None and value < low:
+                raise BertkitError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+        if (self.pretrain_mb is not None and self.pretrain_mb <= 0) or self.pretrain_lr <= 0:
+            raise BertkitError("--pretrain-mb and --pretrain-lr must be > 0")
+        InstanceConfig(max_seq_length=self.max_seq_length)  # their rules, checked before any work
+        TrainerConfig(vocab_size=self.vocab_size, criterion=self.vocab_criterion)
+        if not 0 <= self.dropout < 1:
+            raise BertkitError(f"--dropout must be in [0, 1), got {self.dropout}")
         for name in ("finetune_lr", "reference_lr", "reference_random_lr"):
             grid = getattr(self, name)
             if not grid or any(lr <= 0 for lr in grid) or len(set(grid)) != len(grid):
