@@ -110,8 +110,8 @@ def _score(crit, count, same, ca, cb, xa, xb, total, xl_total):
         change = (((x * math.log(x) if x > 0 else 0.0) - xa)
                   + (y * math.log(y) if y > 0 else 0.0)) - xb
         return ((change + count * math.log(count)) - (m * math.log(m) if m > 0 else 0.0)) + xl_total
-    if crit == PMI:
-        return count / (ca * cb)
+    if crit == PMI:  # in floats: the int64 product overflows past ~3e9 occurrences each
+        return count / (float(ca) * float(cb))
     return float(count)
 
 

@@ -159,7 +159,7 @@ class Merger:
                       + (y * _log(y) if y > 0 else 0.0) - xlogx[b])
             return change + count * _log(count) - (m * _log(m) if m > 0 else 0.0) + self.xlogx_total
         if self.criterion == "pmi":
-            return count / (unit_counts[a] * unit_counts[b])
+            return count / (float(unit_counts[a]) * float(unit_counts[b]))  # as the kernel
         return count
 
     def _push_exact(self, entry: tuple[float, int, str, str, int]) -> None:
