@@ -11,9 +11,12 @@ from pathlib import Path
 
 import torch
 
+from bertkit.data.chunks import ChunkConfig
 from bertkit.data.instances import InstanceConfig
+from bertkit.data.prepare import PrepareConfig
 from bertkit.errors import BertkitError
 from bertkit.tokenization.trainer import TrainerConfig
+from bertkit.training.loop import TrainConfig
 from bertkit.training.runtime import choose_device
 
 log = logging.getLogger(__name__)
@@ -100,15 +103,21 @@ class DemoConfig:
         if min(self.epochs, self.reference_epochs, self.reference_random_epochs) <= 0:
             raise BertkitError("--epochs, --reference-epochs and --reference-random-epochs "
                                "must be > 0")
-        for name, value, low in (("pretrain_batch_size", self.pretrain_batch_size, 1),
-                                 ("dupe_factor", self.dupe_factor, 1),
-                                 ("dev_examples", self.dev_examples, 1)):
-            if value is not None and value < low:
-                raise BertkitError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
-        if (self.pretrain_mb is not None and self.pretrain_mb <= 0) or self.pretrain_lr <= 0:
-            raise BertkitError("--pretrain-mb and --pretrain-lr must be > 0")
-        InstanceConfig(max_seq_length=self.max_seq_length)  # their rules, checked before any work
-        TrainerConfig(vocab_size=self.vocab_size, criterion=self.vocab_criterion)
+        if self.dev_examples is not None and self.dev_examples < 1:
+            raise BertkitError(f"--dev-examples must be >= 1, got {self.dev_examples}")
+        if self.pretrain_mb is not None and self.pretrain_mb <= 0:
+            raise BertkitError(f"--pretrain-mb must be > 0, got {self.pretrain_mb}")
+        # Settings whose rules live in the config that uses them: checked here, before any work.
+        _check_with("--max-seq-length", lambda: InstanceConfig(max_seq_length=self.max_seq_length))
+        _check_with("--vocab-size", lambda: TrainerConfig(vocab_size=self.vocab_size,
+                                                          criterion=self.vocab_criterion))
+        _check_with("--pretrain-lr", lambda: TrainConfig("", lr=self.pretrain_lr))
+        if self.pretrain_batch_size is not None:
+            _check_with("--pretrain-batch-size",
+                        lambda: TrainConfig("", batch_size=self.pretrain_batch_size))
+        if self.dupe_factor is not None:
+            _check_with("--dupe-factor", lambda: PrepareConfig(
+                ChunkConfig(InstanceConfig(), dupe_factor=self.dupe_factor)))
         if not 0 <= self.dropout < 1:
             raise BertkitError(f"--dropout must be in [0, 1), got {self.dropout}")
         for name in ("finetune_lr", "reference_lr", "reference_random_lr"):
@@ -126,6 +135,14 @@ class DemoConfig:
         """The fine-tuning epochs of one model of the comparison."""
         return {"minilm": self.reference_epochs,
                 "minilm-random": self.reference_random_epochs}.get(variant, self.epochs)
+
+
+def _check_with(flag: str, build) -> None:
+    """Build the config that owns a setting's rule; its error is reported under the demo's flag."""
+    try:
+        build()
+    except BertkitError as err:
+        raise BertkitError(f"{flag}: {err}") from err
 
 
 def choose_scale(args: DemoConfig, cuda_available: bool) -> tuple[DemoConfig, str]:
