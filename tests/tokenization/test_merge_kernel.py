@@ -12,7 +12,7 @@ from numba import njit
 from numba.core import caching
 
 from bertkit.tokenization import kernel_structs
-from bertkit.tokenization.merge_kernel import run_merges
+from bertkit.tokenization.merge_kernel import PMI, _score, run_merges
 from bertkit.tokenization.merges import Merger
 
 
@@ -78,8 +78,6 @@ def test_modules_load_without_a_writable_cache_folder(monkeypatch, name):
 
 def test_pmi_score_does_not_overflow_on_billions_of_occurrences():
     """Units seen 4e9 times each: their product passes int64; the score stays count / (ca cb)."""
-    from bertkit.tokenization.merge_kernel import PMI, _score
-
     ca = cb = 4_000_000_000
     score = _score(PMI, 1_000_000, False, ca, cb, 0.0, 0.0, 10**10, 0.0)
     assert score == pytest.approx(1_000_000 / 1.6e19, rel=1e-12)
