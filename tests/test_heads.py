@@ -5,6 +5,7 @@ import pytest
 import torch
 import transformers
 
+import bertkit.model
 from bertkit import heads
 from bertkit.checkpoint import to_hf_state_dict
 from bertkit.config import BertConfig
@@ -282,10 +283,14 @@ def head_cases():
     }
 
 
+@pytest.mark.parametrize("group_cost", [0.0, None])
 @pytest.mark.parametrize("case", sorted(head_cases()))
-def test_packed_training_gives_the_padded_loss_and_gradients(case):
+def test_packed_training_gives_the_padded_loss_and_gradients(case, group_cost, monkeypatch):
     """Gradients, not only outputs: one backward through each, every parameter compared
-    (dropout off so that both see the same function; tolerance PACKED_TOL, absolute)."""
+    (dropout off so that both see the same function; tolerance PACKED_TOL, absolute).
+    group_cost 0: attention runs once per distinct length (None: the default grouping)."""
+    if group_cost is not None:
+        monkeypatch.setattr(bertkit.model, "GROUP_COST", group_cost)
     cls, K, make_labels, id2label = head_cases()[case]
     labels = {"id2label": id2label, "label2id": {v: k for k, v in id2label.items()}} if id2label else {}
     config = BertConfig.preset("tiny", vocab_size=500, hidden_dropout_prob=0.0,

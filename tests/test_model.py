@@ -127,3 +127,106 @@ def test_bad_input_is_a_clear_value_error(ids, kwargs, message):
     model = BertModel(BertConfig.preset("tiny", vocab_size=100))
     with pytest.raises(ValueError, match=message):
         model(ids, **kwargs)
+
+
+# ---- dropout: the CPU keep-mask -------------------------------------------------------------
+
+def test_cpu_dropout_drops_p_in_every_slice_and_keeps_the_expectation():
+    """Every 16-bit slice of the 64-bit random words must drop with probability p (a signed
+    draw that leaves the top bit at 0 drops 0.075 in one slice out of four)."""
+    from bertkit.model import dropout
+
+    torch.manual_seed(0)
+    n, p = 400_000, 0.1
+    x = torch.ones(n, requires_grad=True)
+    y = dropout(x, p, True)
+    p16 = round(p * 65536) / 65536
+    kept = y != 0
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / (1 - p16)))  # one scale, exact
+    se = (p16 * (1 - p16) / (n / 4)) ** 0.5
+    for j in range(4):  # the four slices of each word
+        assert abs((~kept).view(-1, 4)[:, j].float().mean().item() - p16) < 5 * se, j
+    assert abs(y.mean().item() - 1.0) < 5 * (p16 / (1 - p16) / n) ** 0.5  # E[y] = x
+    (y * torch.arange(n)).sum().backward()  # backward applies the same mask and scale
+    assert torch.equal(x.grad, y.detach() * torch.arange(n))
+
+
+def test_cpu_dropout_is_seeded_and_off_outside_training():
+    from bertkit.model import dropout
+
+    x = torch.randn(3, 50, 7)
+    torch.manual_seed(5)
+    a = dropout(x, 0.3, True)
+    torch.manual_seed(5)
+    assert torch.equal(a, dropout(x, 0.3, True))
+    assert not torch.equal(a, dropout(x, 0.3, True))  # the stream moved on
+    assert dropout(x, 0.3, False) is x and dropout(x, 0.0, True) is x
+    assert abs((a == 0).float().mean().item() - 0.3) < 0.05
+
+
+# ---- packed attention by length group --------------------------------------------------------
+
+def test_length_groups_minimise_the_attention_work():
+    from bertkit.model import length_groups
+
+    assert length_groups([100, 10, 10, 10], 1024) == [(0, 1), (1, 4)]
+    assert length_groups([12, 11, 10, 9], 1024) == [(0, 4)]  # a cut costs more than it saves
+    assert length_groups([5, 5, 3], 0) == [(0, 2), (2, 3)]
+    assert length_groups([7], 1024) == [(0, 1)]
+    assert length_groups([9, 4, 4, 1], float("inf")) == [(0, 4)]
+
+
+@pytest.mark.parametrize("group_cost", [0.0, None, float("inf")])
+def test_grouped_packed_layer_equals_the_padded_layer_with_gradients(group_cost):
+    """Any padding pattern (right, left, holes), lengths far apart so that groups form; the
+    packed layer's outputs and every parameter and input gradient equal the padded layer's
+    (gradients relative to their largest entry: the loss weights make them large)."""
+    from bertkit.model import EncoderLayer, PackedLayout
+
+    config = BertConfig.preset("tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    layer = EncoderLayer(config).train()
+    B, T, H = 6, 20, config.hidden_size
+    mask = torch.zeros(B, T, dtype=torch.long)
+    mask[0] = 1  # full length
+    mask[1, :3] = 1
+    mask[2, -4:] = 1  # left padding
+    mask[3, ::3] = 1  # holes
+    mask[4, :2] = 1
+    mask[5, 5:15] = 1
+    layout = PackedLayout.from_mask(mask, group_cost)
+    assert (len(layout.parts) > 1) == (group_cost != float("inf"))
+    x = torch.randn(B, T, H, requires_grad=True)
+    real = mask.bool()
+    padded, _ = layer(x, real[:, None, None, :])
+    (padded[real] * torch.arange(H)).sum().backward()
+    g_pad = {n: p.grad.clone() for n, p in layer.named_parameters()}
+    gx_pad = x.grad.clone()
+    layer.zero_grad()
+    x.grad = None
+    packed = layer.forward_packed(x.reshape(B * T, H).index_select(0, layout.scatter), layout)
+    (packed * torch.arange(H)).sum().backward()
+    full = torch.zeros(B * T, H).index_copy(0, layout.scatter, packed.detach()).view(B, T, H)
+    assert max_diff(full[real], padded[real].detach()) < TOL
+    assert max_diff(x.grad, gx_pad) < TOL * gx_pad.abs().max().item()
+    for name, p in layer.named_parameters():
+        assert max_diff(p.grad, g_pad[name]) < TOL * g_pad[name].abs().max().item(), name
+
+
+def test_packed_forward_with_dropout_keeps_padding_out():
+    """Dropout on, grouped packed forward: padding still zeros, and no real token depends on a
+    padding token's input (its gradient there is exactly 0)."""
+    from bertkit.model import BertModel as Model
+
+    config = BertConfig.preset("tiny", vocab_size=100)
+    torch.manual_seed(0)
+    model = Model(config).train()
+    mask = torch.zeros(5, 30, dtype=torch.long)
+    for i, n in enumerate([30, 2, 3, 17, 4]):
+        mask[i, :n] = 1
+    ids = torch.randint(5, 100, (5, 30)) * mask
+    emb = model.embeddings.word_embeddings
+    out = model(ids, attention_mask=mask, packed=True).last_hidden_state
+    assert out[~mask.bool()].abs().max().item() == 0
+    out.sum().backward()
+    assert emb.weight.grad[0].abs().max().item() == 0  # [PAD] rows (id 0) never used
