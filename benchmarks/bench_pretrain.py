@@ -7,6 +7,10 @@ A step = forward + backward + clip + optimizer step + zero-grad, what `bertkit p
 bertkit takes Google's sparse `masked_lm_positions` (the vocabulary projection only where a token
 is masked); transformers takes dense `labels` (B, T) with -100 elsewhere, its documented API.
 
+Dropout is off by default (`--dropout 0`: the first-step losses of the two then agree, a check
+that both compute the same step); `--dropout 0.1` is BERT's pre-training setting, where each
+side draws its own masks (bertkit's CPU dropout: `bertkit.model.dropout`).
+
 Runs are interleaved (ours, theirs, ours, ...) in one process so machine noise hits both alike;
 the figure is the ratio of median step times (> 1: bertkit is faster).
 
@@ -31,9 +35,10 @@ from bertkit.training.optim import build_optimizer, param_groups
 P = 20  # masked positions per sequence at T=128 (Google's max_predictions_per_seq)
 
 
-def build_pair(preset: str):
+def build_pair(preset: str, dropout: float = 0.0):
     torch.manual_seed(0)
-    config = BertConfig.preset(preset, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = BertConfig.preset(preset, hidden_dropout_prob=dropout,
+                               attention_probs_dropout_prob=dropout)
     ours = BertForPreTraining(config).train()
     with tempfile.TemporaryDirectory() as tmp:
         ours.save_pretrained(tmp)  # the reference starts from exactly our weights
@@ -80,13 +85,14 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def compare(shape: str, precision: str, B: int, T: int, repeats: int, compiled: bool = False) -> dict:
-    (ours, opt_o), (ref, opt_r), config = build_pair(shape)
+def compare(shape: str, precision: str, B: int, T: int, repeats: int, compiled: bool = False,
+            dropout: float = 0.0) -> dict:
+    (ours, opt_o), (ref, opt_r), config = build_pair(shape, dropout)
     batch_o, batch_r = make_batch(config, B, T)
     steps = {"ours": make_step(ours, opt_o, batch_o, precision),
              "ref": make_step(ref, opt_r, batch_r, precision)}
     if compiled:  # a second copy of our model, compiled (as `--compile` does), same weights
-        (twin, opt_c), _, _ = build_pair(shape)
+        (twin, opt_c), _, _ = build_pair(shape, dropout)
         start = time.perf_counter()
         steps["compiled"] = make_step(torch.compile(twin), opt_c, batch_o, precision)
         steps["compiled"]()
@@ -116,17 +122,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     ap.add_argument("--quick", action="store_true", help="mini only, B=4, 2 repeats")
     ap.add_argument("--compile", action="store_true", help="also bertkit under torch.compile")
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="hidden and attention dropout of both models (BERT pre-trains with 0.1)")
     args = ap.parse_args()
     if args.quick:
         args.shapes, args.batch, args.repeats = "mini", 4, 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"B={args.batch} T={args.seq} P={P} threads={torch.get_num_threads()} "
+    print(f"B={args.batch} T={args.seq} P={P} dropout={args.dropout} threads={torch.get_num_threads()} "
           f"torch={torch.__version__} transformers={transformers.__version__}")
     tokens = args.batch * args.seq
     for shape in args.shapes.split(","):
         for precision in args.precisions.split(","):
-            r = compare(shape, precision, args.batch, args.seq, args.repeats, args.compile)
+            r = compare(shape, precision, args.batch, args.seq, args.repeats, args.compile,
+                        args.dropout)
             lo, lr_ = r["first_losses"]
             print(f"{shape:5s} {precision}: bertkit {tokens / r['ours_s']:,.0f} tok/s  "
                   f"transformers {tokens / r['ref_s']:,.0f} tok/s  ratio {r['ratio']:.2f}x  "
