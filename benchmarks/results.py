@@ -173,9 +173,10 @@ def run_row(task: str, args) -> None:
                   f"({record['wall_s']:.0f} s)", flush=True)
 
 
-def command(row: str) -> str:
+def command(row: str, seeds: int = 3) -> str:
+    """The command that makes the row (seeds 0..N-1; rows keep at least the recipe's 3)."""
     task, train, dev, lr, epochs, optimizer, schedule = row.split("|")
-    cmd = f"python benchmarks/results.py --task {task} --seeds 3"
+    cmd = f"python benchmarks/results.py --task {task} --seeds {max(seeds, 3)}"
     defaults = TASKS[task]
     if train != f"train={defaults['train']}":
         cmd += f" --train-examples {train.split('=')[1]}"
@@ -220,7 +221,7 @@ def _row_lines(row: str, systems: dict[str, list[dict]]) -> list[str]:
         sizes = " / ".join(part.split("=")[1].replace("None", "all") for part in (train, dev))
         lines.append(f"| {task} ({metric}) | {sizes} | "
                      f"{lr.split('=')[1]} | {optimizer}, {schedule} | {cells['bertkit']} | "
-                     f"{cells['transformers']} | {gap} | {seeds} | {ratio} | {command(row)} |")
+                     f"{cells['transformers']} | {gap} | {seeds} | {ratio} | {command(row, seeds)} |")
     return lines
 
 
