@@ -6,7 +6,7 @@ import torch
 import transformers
 
 from bertkit.config import BertConfig
-from bertkit.model import BertModel
+from bertkit.model import BertModel, EncoderLayer, PackedLayout, dropout, length_groups
 from tests.helpers import real_sentences
 
 TOL = 2e-5  # max abs difference, fp32, eval (oneDNN picks its GEMM kernels per CPU: 1.08e-5 seen on a Xeon)
@@ -134,8 +134,6 @@ def test_bad_input_is_a_clear_value_error(ids, kwargs, message):
 def test_cpu_dropout_drops_p_in_every_slice_and_keeps_the_expectation():
     """Every 16-bit slice of the 64-bit random words must drop with probability p (a signed
     draw that leaves the top bit at 0 drops 0.075 in one slice out of four)."""
-    from bertkit.model import dropout
-
     torch.manual_seed(0)
     n, p = 400_000, 0.1
     x = torch.ones(n, requires_grad=True)
@@ -152,8 +150,6 @@ def test_cpu_dropout_drops_p_in_every_slice_and_keeps_the_expectation():
 
 
 def test_cpu_dropout_is_seeded_and_off_outside_training():
-    from bertkit.model import dropout
-
     x = torch.randn(3, 50, 7)
     torch.manual_seed(5)
     a = dropout(x, 0.3, True)
@@ -167,8 +163,6 @@ def test_cpu_dropout_is_seeded_and_off_outside_training():
 # ---- packed attention by length group --------------------------------------------------------
 
 def test_length_groups_minimise_the_attention_work():
-    from bertkit.model import length_groups
-
     assert length_groups([100, 10, 10, 10], 1024) == [(0, 1), (1, 4)]
     assert length_groups([12, 11, 10, 9], 1024) == [(0, 4)]  # a cut costs more than it saves
     assert length_groups([5, 5, 3], 0) == [(0, 2), (2, 3)]
@@ -181,8 +175,6 @@ def test_grouped_packed_layer_equals_the_padded_layer_with_gradients(group_cost)
     """Any padding pattern (right, left, holes), lengths far apart so that groups form; the
     packed layer's outputs and every parameter and input gradient equal the padded layer's
     (gradients relative to their largest entry: the loss weights make them large)."""
-    from bertkit.model import EncoderLayer, PackedLayout
-
     config = BertConfig.preset("tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     torch.manual_seed(0)
     layer = EncoderLayer(config).train()
@@ -216,11 +208,9 @@ def test_grouped_packed_layer_equals_the_padded_layer_with_gradients(group_cost)
 def test_packed_forward_with_dropout_keeps_padding_out():
     """Dropout on, grouped packed forward: padding still zeros, and no real token depends on a
     padding token's input (its gradient there is exactly 0)."""
-    from bertkit.model import BertModel as Model
-
     config = BertConfig.preset("tiny", vocab_size=100)
     torch.manual_seed(0)
-    model = Model(config).train()
+    model = BertModel(config).train()
     mask = torch.zeros(5, 30, dtype=torch.long)
     for i, n in enumerate([30, 2, 3, 17, 4]):
         mask[i, :n] = 1

@@ -74,19 +74,20 @@ class PackedLayout:
         parts, start = [], 0
         for a, b in length_groups(sorted_lengths, group_cost):
             count = sum(sorted_lengths[a:b])
-            parts.append((start, start + count, _left_aligned(sorted_lengths[a:b], real.device)))
+            parts.append((start, start + count, cls.left_aligned(sorted_lengths[a:b], real.device)))
             start += count
         return cls(B, T, scatter, real.view(B, 1, 1, T), tuple(parts))
 
-
-def _left_aligned(lengths: list[int], device) -> PackedLayout:
-    """The (b, t) layout of b sequences whose tokens are packed end to end, each left-aligned."""
-    b, t = len(lengths), max(lengths)
-    if all(n == t for n in lengths):
-        return PackedLayout(b, t, None, None)
-    n = torch.tensor(lengths, device=device)  # (b,)
-    real = torch.arange(t, device=device) < n[:, None]  # (b, t)
-    return PackedLayout(b, t, real.view(-1).nonzero().squeeze(1), real.view(b, 1, 1, t))
+    @classmethod
+    def left_aligned(cls, lengths: list[int], device) -> PackedLayout:
+        """The (b, t) layout of b sequences whose tokens are packed end to end, each
+        left-aligned (t = the longest); no scatter and no mask when all are full length."""
+        b, t = len(lengths), max(lengths)
+        if all(n == t for n in lengths):
+            return cls(b, t, None, None)
+        n = torch.tensor(lengths, device=device)  # (b,)
+        real = torch.arange(t, device=device) < n[:, None]  # (b, t)
+        return cls(b, t, real.view(-1).nonzero().squeeze(1), real.view(b, 1, 1, t))
 
 
 def length_groups(lengths: list[int], group_cost: float) -> list[tuple[int, int]]:

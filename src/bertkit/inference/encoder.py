@@ -396,19 +396,13 @@ class PackedBatch:
 
 def pack(pieces: Sequence[_Piece], device: torch.device) -> PackedBatch:
     lengths = [len(p.ids) for p in pieces]
-    B, T = len(pieces), max(lengths)
     ids = torch.tensor([t for p in pieces for t in p.ids], dtype=torch.long)  # (S,)
     types = torch.tensor([t for p in pieces for t in p.type_ids], dtype=torch.long)  # (S,)
     n = torch.tensor(lengths)
     starts = torch.repeat_interleave(n.cumsum(0) - n, n)  # (S,) offset of each token's piece
     positions = torch.arange(len(ids)) - starts  # (S,)
-    scatter, mask = None, None
-    if min(lengths) < T:
-        rows = torch.repeat_interleave(torch.arange(B), n)  # (S,)
-        scatter = (rows * T + positions).to(device)  # (S,)
-        mask = (torch.arange(T)[None, :] < n[:, None])[:, None, None, :].to(device)  # (B,1,1,T)
     return PackedBatch(ids.to(device), types.to(device), positions.to(device),
-                       PackedLayout(B, T, scatter, mask), lengths)
+                       PackedLayout.left_aligned(lengths, device), lengths)
 
 
 def packed_forward(model: BertModel, batch: PackedBatch, hidden_index: list[int]
