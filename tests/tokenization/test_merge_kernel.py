@@ -7,12 +7,14 @@ import math
 import random
 
 import numba.core.config
+import numpy as np
 import pytest
 from numba import njit
 from numba.core import caching
 
+import bertkit.io
 from bertkit.tokenization import kernel_structs
-from bertkit.tokenization.merge_kernel import PMI, _score, run_merges
+from bertkit.tokenization.merge_kernel import PMI, _score, _watched, run_merges
 from bertkit.tokenization.merges import Merger
 
 
@@ -47,6 +49,47 @@ def test_compiled_loop_matches_on_a_larger_corpus():
     units = _units(words)
     expected = Merger(words, units, "likelihood", 2).run(2000, drop_absorbed=True)
     assert run_merges(words, units, "likelihood", 2, 2000, drop_absorbed=True) == expected
+
+
+def test_progress_bar_follows_the_compiled_loop(monkeypatch):
+    """With progress on, the loop runs in a thread (it releases the GIL) and the bar ends at
+    the pieces made, dropped absorbed pieces included; the merges are the same as without."""
+    rng = random.Random(5)
+    words = {"".join(rng.choice("etaoinshrdlu") for _ in range(rng.randint(2, 14))):
+             rng.randint(1, 300) for _ in range(500)}
+    units = _units(words)
+    bars = []
+
+    class Bar:
+        def __init__(self, total, **_):
+            self.total, self.n, self.refreshed = total, 0, 0
+            bars.append(self)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def refresh(self):
+            self.refreshed += 1
+
+    monkeypatch.setattr(bertkit.io, "progress_bar", Bar)
+    for drop in (False, True):
+        expected = run_merges(words, units, "likelihood", 2, 300, drop_absorbed=drop)
+        got = run_merges(words, units, "likelihood", 2, 300, drop_absorbed=drop, progress=True)
+        assert got == expected
+        assert bars[-1].total == 300 and bars[-1].n == len(got[1]) == 300
+        assert bars[-1].refreshed >= 1
+
+
+def test_progress_thread_reraises_the_loops_error():
+    """An error inside the watched loop reaches the caller (not lost in the thread)."""
+    def fail(*_):
+        raise ValueError("inside the loop")
+
+    with pytest.raises(ValueError, match="inside the loop"):
+        _watched(fail, (), np.zeros(1, dtype=np.int64), 10, True)
 
 
 def test_no_words_no_merges():

@@ -23,15 +23,18 @@ XL_TOTAL, PARK, KEEP = range(3)  # float scalars (SF)
 _EMPTY = -1
 
 
-def cached_njit(func):
+def cached_njit(func=None, *, nogil: bool = False):
     """`njit` with numba's on-disk cache (``__pycache__`` beside the source, else
     ``NUMBA_CACHE_DIR`` or the user's cache folder). Where none is writable (a read-only
     install and home), numba refuses ``cache=True`` at import; the function is then compiled
-    in every process that uses it (about 20 s for the merge loop) instead of failing."""
+    in every process that uses it (about 20 s for the merge loop) instead of failing.
+    `nogil`: the compiled function releases the GIL (so a Python thread can show progress)."""
+    if func is None:
+        return lambda f: cached_njit(f, nogil=nogil)
     try:
-        return njit(cache=True)(func)
+        return njit(cache=True, nogil=nogil)(func)
     except RuntimeError:  # "cannot cache function ...: no locator available"
-        return njit(func)
+        return njit(nogil=nogil)(func)
 
 
 @cached_njit

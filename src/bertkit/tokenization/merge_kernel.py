@@ -30,6 +30,7 @@ helpers never reallocate. Compiled on first use and cached (``cache=True``, in
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping
 
 import numpy as np
@@ -411,11 +412,12 @@ def _setup(SYM, WS, WL, FREQ, cps, UL, S, SF):
     return P, HT, W, PN, UC, UF, HF, HI
 
 
-@cached_njit
-def _run(SYM, WS, WL, FREQ, cps, UL, S, SF, budget, drop_absorbed):
+@cached_njit(nogil=True)
+def _run(SYM, WS, WL, FREQ, cps, UL, S, SF, budget, drop_absorbed, DONE):
     """Merge until `budget` new pieces exist (with `drop_absorbed`, pieces of count > 0) or no
     pair qualifies (Merger.run); returns the merges as rows (a, b, merged unit), the unit
-    spellings (cps, UL) and the unit counts."""
+    spellings (cps, UL) and the unit counts. DONE[0] follows the pieces made, for a progress
+    bar read by another thread (the loop runs without the GIL)."""
     P, HT, W, PN, UC, UF, HF, HI = _setup(SYM, WS, WL, FREQ, cps, UL, S, SF)
     ST = _index_units(cps, UL, S)
     BUF = np.empty(WL.max() + 1, dtype=np.int64)
@@ -454,19 +456,20 @@ def _run(SYM, WS, WL, FREQ, cps, UL, S, SF, budget, drop_absorbed):
         _push_all(P, UC, UF, S, SF, HF, HI, cps, UL, PUSH)
         if not drop_absorbed:
             pieces += made
-            continue
-        pieces += z >= first and before_z == 0  # UC[z] > 0 now
-        pieces -= a >= first and UC[a] == 0 and before_a > 0
-        pieces -= b != a and b >= first and UC[b] == 0 and before_b > 0
+        else:
+            pieces += z >= first and before_z == 0  # UC[z] > 0 now
+            pieces -= a >= first and UC[a] == 0 and before_a > 0
+            pieces -= b != a and b >= first and UC[b] == 0 and before_b > 0
+        DONE[0] = pieces
     return merges[:done], cps[:S[NCPS]], UL[:S[NUNITS]], UC[:S[NUNITS]]
 
 
 def run_merges(
     words: Mapping[str, int], units: list[str], criterion: str, min_frequency: int,
-    budget: int, slack: float = 0.03, drop_absorbed: bool = False,
+    budget: int, slack: float = 0.03, drop_absorbed: bool = False, progress: bool = False,
 ) -> tuple[list[tuple[str, str]], list[str]]:
-    """Merger(words, units, criterion, min_frequency, slack).run(budget, drop_absorbed),
-    compiled: (merges, new pieces), the same as the Python loop's."""
+    """Merger(words, units, criterion, min_frequency, slack).run(budget, drop_absorbed,
+    progress), compiled: (merges, new pieces), the same as the Python loop's."""
     if not words:  # every word unusable (too long, or a character outside the alphabet)
         return [], []
     order = sorted(words)
@@ -485,8 +488,10 @@ def run_merges(
     scalars[CRIT], scalars[MINF] = CRITERION_CODES[criterion], min_frequency
     floats = np.zeros(3)
     floats[KEEP] = 1.0 - slack
-    rows, cps, spelled, counts = _run(syms, starts, lengths, freqs, cps, spelled, scalars,
-                                      floats, budget, drop_absorbed)
+    done = np.zeros(1, dtype=np.int64)
+    rows, cps, spelled, counts = _watched(
+        _run, (syms, starts, lengths, freqs, cps, spelled, scalars, floats, budget,
+               drop_absorbed, done), done, budget, progress)
     names = [chr_codes.tobytes().decode("utf-32-le") for chr_codes in
              (cps[off:off + length] for off, length in spelled[:, OFF:].tolist())]
     merges = [(names[a], names[b]) for a, b, _ in rows.tolist()]
@@ -494,3 +499,30 @@ def run_merges(
               if count > 0 or not drop_absorbed]
     return merges, pieces
 
+
+
+def _watched(kernel, args: tuple, done: np.ndarray, total: int, progress: bool):
+    """kernel(*args); with `progress`, run in a thread (the kernel releases the GIL) while this
+    one shows `done[0]` of `total` pieces on a progress bar."""
+    if not progress:
+        return kernel(*args)
+    from bertkit.io import progress_bar
+
+    outcome: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = kernel(*args)
+        except BaseException as err:  # re-raised in the caller's thread
+            outcome["error"] = err
+
+    worker = threading.Thread(target=target, name="merges", daemon=True)
+    with progress_bar(total=total, unit="piece", desc="merging") as bar:
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.2)
+            bar.n = int(done[0])
+            bar.refresh()
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome["value"]

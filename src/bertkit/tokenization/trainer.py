@@ -158,7 +158,7 @@ def train_from_counts(
     logger.info("merging: %d new pieces to learn (the first run after installing compiles the "
                 "merge loop, about 20 s; later runs load it from numba's cache)", budget)
     merges, pieces = run_merges(usable, units, config.criterion, config.min_frequency, budget,
-                                drop_absorbed=config.drop_absorbed)
+                                drop_absorbed=config.drop_absorbed, progress=progress)
     result = TrainResult(head + units + pieces, merges, pieces, alphabet, len(pieces) < budget,
                          skipped, words)
     if result.stopped_early:
