@@ -519,10 +519,12 @@ def _watched(kernel, args: tuple, done: np.ndarray, total: int, progress: bool):
     worker = threading.Thread(target=target, name="merges", daemon=True)
     with progress_bar(total=total, unit="piece", desc="merging") as bar:
         worker.start()
-        while worker.is_alive():
+        while True:  # the last update after the thread ended: a fast run ends at its count
             worker.join(0.2)
             bar.n = int(done[0])
             bar.refresh()
+            if not worker.is_alive():
+                break
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
     return outcome["value"]
