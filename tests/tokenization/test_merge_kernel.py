@@ -7,14 +7,13 @@ import math
 import random
 
 import numba.core.config
-import numpy as np
 import pytest
 from numba import njit
 from numba.core import caching
 
 import bertkit.io
 from bertkit.tokenization import kernel_structs
-from bertkit.tokenization.merge_kernel import PMI, _score, _watched, run_merges
+from bertkit.tokenization.merge_kernel import PMI, _score, run_merges
 from bertkit.tokenization.merges import Merger
 
 
@@ -81,15 +80,6 @@ def test_progress_bar_follows_the_compiled_loop(monkeypatch):
         assert got == expected
         assert bars[-1].total == 300 and bars[-1].n == len(got[1]) == 300
         assert bars[-1].refreshed >= 1
-
-
-def test_progress_thread_reraises_the_loops_error():
-    """An error inside the watched loop reaches the caller (not lost in the thread)."""
-    def fail(*_):
-        raise ValueError("inside the loop")
-
-    with pytest.raises(ValueError, match="inside the loop"):
-        _watched(fail, (), np.zeros(1, dtype=np.int64), 10, True)
 
 
 def test_no_words_no_merges():

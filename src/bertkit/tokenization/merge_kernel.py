@@ -30,11 +30,11 @@ helpers never reallocate. Compiled on first use and cached (``cache=True``, in
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Mapping
 
 import numpy as np
 
+from bertkit.io import watch_progress
 from bertkit.tokenization.kernel_structs import (
     _EMPTY,
     COUNT,
@@ -488,43 +488,13 @@ def run_merges(
     scalars[CRIT], scalars[MINF] = CRITERION_CODES[criterion], min_frequency
     floats = np.zeros(3)
     floats[KEEP] = 1.0 - slack
-    done = np.zeros(1, dtype=np.int64)
-    rows, cps, spelled, counts = _watched(
-        _run, (syms, starts, lengths, freqs, cps, spelled, scalars, floats, budget,
-               drop_absorbed, done), done, budget, progress)
+    done = np.zeros(1, dtype=np.int64)  # pieces made so far, written by the loop
+    rows, cps, spelled, counts = watch_progress(
+        lambda: _run(syms, starts, lengths, freqs, cps, spelled, scalars, floats, budget,
+                     drop_absorbed, done), done, budget, "merging", "piece", progress)
     names = [chr_codes.tobytes().decode("utf-32-le") for chr_codes in
              (cps[off:off + length] for off, length in spelled[:, OFF:].tolist())]
     merges = [(names[a], names[b]) for a, b, _ in rows.tolist()]
     pieces = [name for name, count in zip(names[len(units):], counts[len(units):].tolist())
               if count > 0 or not drop_absorbed]
     return merges, pieces
-
-
-
-def _watched(kernel, args: tuple, done: np.ndarray, total: int, progress: bool):
-    """kernel(*args); with `progress`, run in a thread (the kernel releases the GIL) while this
-    one shows `done[0]` of `total` pieces on a progress bar."""
-    if not progress:
-        return kernel(*args)
-    from bertkit.io import progress_bar
-
-    outcome: dict[str, object] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = kernel(*args)
-        except BaseException as err:  # re-raised in the caller's thread
-            outcome["error"] = err
-
-    worker = threading.Thread(target=target, name="merges", daemon=True)
-    with progress_bar(total=total, unit="piece", desc="merging") as bar:
-        worker.start()
-        while True:  # the last update after the thread ended: a fast run ends at its count
-            worker.join(0.2)
-            bar.n = int(done[0])
-            bar.refresh()
-            if not worker.is_alive():
-                break
-    if "error" in outcome:
-        raise outcome["error"]  # type: ignore[misc]
-    return outcome["value"]
