@@ -61,12 +61,8 @@ class Run:
         length-grouped (from the same stream) when `lengths` is set."""
         epoch, offset = divmod(position, self.n_examples)
         if epoch not in self._perms:
-            gen = order_generator(self.config.seed, epoch)
-            perm = torch.randperm(self.n_examples, generator=gen)
-            if self.lengths is not None:  # the epoch's first step may have begun in the last one
-                first = (-epoch * self.n_examples) % self.config.batch_size
-                perm = length_grouped_order(perm, self.lengths, self.config.batch_size, gen, first)
-            self._perms = {epoch: perm}
+            self._perms = {epoch: epoch_order(self.config.seed, epoch, self.n_examples,
+                                              self.lengths, self.config.batch_size)}
         return int(self._perms[epoch][offset])
 
 
@@ -216,10 +212,16 @@ def resolve_device(name: str | torch.device) -> torch.device:
     return device
 
 
-def order_generator(seed: int, epoch: int) -> torch.Generator:
-    """The generator of epoch `epoch`'s data order: its first draw is the epoch's permutation
-    (`torch.randperm(n, generator=...)`), the length grouping (if any) draws after it."""
-    return torch.Generator().manual_seed(stream_seed(seed, f"order/{epoch}"))
+def epoch_order(seed: int, epoch: int, n: int, lengths: torch.Tensor | None = None,
+                batch_size: int = 1) -> torch.Tensor:
+    """Epoch `epoch`'s order of the n examples: a permutation from the run's "order/<epoch>"
+    stream, length-grouped by batches (from the same stream) when `lengths` is set."""
+    gen = torch.Generator().manual_seed(stream_seed(seed, f"order/{epoch}"))
+    perm = torch.randperm(n, generator=gen)
+    if lengths is not None:  # the epoch's first step may have begun in the last one
+        first = (-epoch * n) % batch_size
+        perm = length_grouped_order(perm, lengths, batch_size, gen, first)
+    return perm
 
 
 def stream_seed(seed: int, stream: str) -> int:
