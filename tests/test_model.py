@@ -33,7 +33,7 @@ def max_diff(a, b):
     return (a - b).abs().max().item()
 
 
-def test_parity_with_transformers(pair, batch):
+def test_parity_with_transformers(pair, batch, branches):
     ours, ref = pair
     for enc in batch:
         with torch.no_grad():
@@ -52,7 +52,7 @@ def test_parity_with_transformers(pair, batch):
             assert max_diff(x, y) < TOL
 
 
-def test_sdpa_path_equals_explicit_softmax_path(pair, batch):
+def test_sdpa_path_equals_explicit_softmax_path(pair, batch, branches):
     ours, _ = pair
     enc = batch[0]
     with torch.no_grad():
@@ -163,7 +163,7 @@ def _dropout_deviation(forward, eval_states, mask, draws: int) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def test_dropout_sits_where_transformers_puts_it_and_drops_as_much(pair, minilm_path):
+def test_dropout_sits_where_transformers_puts_it_and_drops_as_much(pair, minilm_path, branches):
     """Train mode on the real checkpoint: how far each layer's output (and the pooled output)
     moves from eval mode is a fingerprint of where dropout is applied and how much it drops
     (embeddings, attention probabilities, each branch). bertkit's padded and packed forwards
@@ -195,6 +195,34 @@ def test_dropout_sits_where_transformers_puts_it_and_drops_as_much(pair, minilm_
         se = (ref_part.var(0) / len(ref_part) + got.var(0) / len(got)).sqrt()
         z = (got.mean(0) - ref_part.mean(0)) / se
         assert z.abs().max().item() < 5, z
+
+
+def test_device_generic_attention_drops_probabilities_inside_sdpa(monkeypatch):
+    """The switch puts the CPU on the GPU's attention branch: SDPA is called with the layer's
+    dropout probability, and its dropout really drops (train-mode outputs move from eval's, and
+    average back to it). Passing dropout_p=0 to SDPA fails here."""
+    from bertkit import model as model_module
+    from bertkit.switches import DEVICE_GENERIC
+
+    monkeypatch.setenv(DEVICE_GENERIC, "1")
+    config = BertConfig.preset("tiny", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.3)
+    torch.manual_seed(0)
+    layer = EncoderLayer(config)
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(model_module.F, "scaled_dot_product_attention",
+                        lambda *a, **k: calls.append(k.get("dropout_p")) or sdpa(*a, **k))
+    x = torch.randn(4, 16, config.hidden_size)
+    with torch.no_grad():
+        expected = layer.eval()(x, None)[0]
+        draws = torch.stack([layer.train()(x, None)[0] for _ in range(200)])
+    assert calls[0] == 0.0 and set(calls[1:]) == {0.3}
+    moved = (draws - expected).pow(2).mean().sqrt().item()
+    assert moved > 0.05  # SDPA dropped probabilities (0 if it did not)
+    spread = (draws - expected).std(0).mean().item() / 200 ** 0.5  # std error of the mean
+    # dropout is unbiased before the attention output projection, not after the LayerNorm:
+    # the mean comes back close to eval's, far closer than one draw is
+    assert (draws.mean(0) - expected).abs().mean().item() < max(10 * spread, moved / 5)
 
 
 def test_cpu_dropout_is_seeded_and_off_outside_training():
@@ -253,7 +281,7 @@ def test_grouped_packed_layer_equals_the_padded_layer_with_gradients(group_cost)
         assert max_diff(p.grad, g_pad[name]) < TOL * g_pad[name].abs().max().item(), name
 
 
-def test_packed_forward_with_dropout_keeps_padding_out():
+def test_packed_forward_with_dropout_keeps_padding_out(branches):
     """Dropout on, grouped packed forward: padding still zeros, and no real token depends on a
     padding token's input (its gradient there is exactly 0)."""
     config = BertConfig.preset("tiny", vocab_size=100)

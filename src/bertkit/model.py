@@ -26,6 +26,7 @@ from torch import nn
 
 from bertkit.checkpoint import PretrainedMixin
 from bertkit.config import BertConfig
+from bertkit.switches import device_generic
 
 
 @dataclass
@@ -63,7 +64,7 @@ class PackedLayout:
         a query sees the same keys). `group_cost`: default GROUP_COST on the CPU, one group
         (infinite cost) elsewhere."""
         if group_cost is None:
-            group_cost = GROUP_COST if attention_mask.device.type == "cpu" else math.inf
+            group_cost = GROUP_COST if cpu_branches(attention_mask.device) else math.inf
         B, T = attention_mask.shape
         real = attention_mask.bool()  # (B, T)
         lengths = real.sum(1)  # (B,)
@@ -129,7 +130,7 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     if not training or p == 0.0:
         return x
     drop16 = round(p * 65536)  # slices in [-32768, -32768 + drop16) are dropped
-    if x.device.type != "cpu" or _exporting() or not 0 < drop16 < 65536:
+    if not cpu_branches(x.device) or _exporting() or not 0 < drop16 < 65536:
         return F.dropout(x, p, True)
     n = x.numel()
     words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-2**63, None)  # uniform bits
@@ -171,7 +172,7 @@ def attend(q, k, v, mask: torch.Tensor | None, dropout_p: float,
     """softmax(q k^T / sqrt(D) + mask) v with dropout on the probabilities (dropout_p > 0 only in
     training); q, k, v (B, N, T, D), mask broadcastable to (B, N, T, T), True = may attend.
     Returns the context (B, N, T, D) and the probabilities when asked for."""
-    explicit = want_probs or (dropout_p > 0 and q.device.type == "cpu" and not _exporting())
+    explicit = want_probs or (dropout_p > 0 and cpu_branches(q.device) and not _exporting())
     if not explicit:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
     scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-1, -2)  # (B, N, T, T)
@@ -372,6 +373,14 @@ class BertModel(PretrainedMixin, nn.Module):
             x = layer.forward_packed(x, layout)  # (S, H)
             states[i] = x
         return [states[i] for i in hidden_index]
+
+
+def cpu_branches(device: torch.device) -> bool:
+    """Whether to take the CPU's own branches (the 16-bit dropout masks, explicit attention when
+    dropping probabilities, length groups) on `device`: on the CPU, unless the test switch
+    `BERTKIT_DEVICE_GENERIC` (`bertkit.switches`) asks for the branches every other device takes
+    (`F.dropout`, SDPA with its own dropout, one attention group), so the suite runs them too."""
+    return device.type == "cpu" and not device_generic()
 
 
 def _exporting() -> bool:

@@ -8,6 +8,8 @@ import logging
 import pytest
 import torch
 
+from bertkit.errors import BertkitError
+from bertkit.switches import AUTO_PRECISION
 from bertkit.training.runtime import (
     CpuInfo,
     choose_device,
@@ -63,7 +65,8 @@ def test_auto_precision_on_gpus():
     assert choose_precision("mps", None)[0] == "fp32"
 
 
-def test_resolve_precision_logs_the_choice_and_keeps_explicit_ones(caplog):
+def test_resolve_precision_logs_the_choice_and_keeps_explicit_ones(caplog, monkeypatch):
+    monkeypatch.delenv(AUTO_PRECISION, raising=False)
     assert resolve_precision("bf16", torch.device("cpu")) == "bf16"
     with caplog.at_level(logging.INFO, logger="bertkit.training.runtime"):
         chosen = resolve_precision("auto", torch.device("cpu"))
@@ -74,3 +77,15 @@ def test_resolve_precision_logs_the_choice_and_keeps_explicit_ones(caplog):
 def test_auto_device():
     assert choose_device(True)[0] == "cuda"
     assert choose_device(False)[0] == "cpu"
+
+
+@pytest.mark.parametrize("forced", ["fp32", "bf16"])
+def test_the_test_switch_forces_what_auto_picks_on_the_cpu_only(monkeypatch, forced):
+    """BERTKIT_AUTO_PRECISION makes this machine resolve `auto` as another CPU class would;
+    explicit precisions and CUDA are untouched."""
+    monkeypatch.setenv(AUTO_PRECISION, forced)
+    assert resolve_precision("auto", torch.device("cpu")) == forced
+    assert resolve_precision("fp32", torch.device("cpu")) == "fp32"
+    monkeypatch.setenv(AUTO_PRECISION, "fp64")
+    with pytest.raises(BertkitError, match="expected fp32 or bf16"):
+        resolve_precision("auto", torch.device("cpu"))

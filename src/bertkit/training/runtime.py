@@ -23,6 +23,7 @@ from torch import nn
 from bertkit.data.collate import length_grouped_order
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text
+from bertkit.switches import AUTO_PRECISION, forced_auto_precision
 from bertkit.training.state import latest_checkpoint, load_training_state, rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -293,6 +294,10 @@ def resolve_precision(requested: str, device: torch.device) -> str:
     """`requested`, or for "auto" the choice of `choose_precision` on this machine (logged)."""
     if requested != "auto":
         return requested
+    forced = forced_auto_precision() if device.type == "cpu" else None
+    if forced is not None:
+        log.info("--precision auto: %s on %s (forced by %s)", forced, device, AUTO_PRECISION)
+        return forced
     cpu = cpu_info() if device.type == "cpu" else None
     cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
     precision, reason = choose_precision(device, cpu, cuda_bf16)
