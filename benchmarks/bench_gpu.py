@@ -169,7 +169,7 @@ def sst2_like_lengths(n: int, max_len: int, seed: int = 0) -> list[int]:
 def finetune_batches(lengths: list[int], B: int, grouped: bool, seed: int = 0):
     """Index batches of B: random, or length-grouped (bertkit.data.collate) like `finetune
     --group-by-length`."""
-    from bertkit.data.collate import length_grouped_order
+    from bertkit.training.stream import length_grouped_order
 
     gen = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(lengths), generator=gen)

@@ -34,7 +34,7 @@ from bertkit.metrics import mean_std
 from bertkit.tasks import get_task
 from bertkit.training import finetune
 from bertkit.training.finetune import FinetuneConfig, finetune_train_config, run_one
-from bertkit.training.runtime import epoch_order
+from bertkit.training.stream import epoch_order
 
 REPO = Path(__file__).resolve().parents[1]
 GLUE = REPO.parent / "shared" / "data" / "glue"
@@ -183,7 +183,7 @@ def bertkit_head_state(task_name: str, seed: int, model_dir: str, labels, args) 
 
 def bertkit_batches(seed: int, n: int, steps: int, batch: int = 32) -> list[list[int]]:
     """The indices bertkit's loop trains on at each step: stream positions [s·B, (s+1)·B) of
-    the epochs' orders laid end to end (training.runtime.Run.index_at)."""
+    the epochs' orders laid end to end (training.stream.DataOrder.index_at)."""
     epochs = math.ceil(steps * batch / n)
     stream = [i for e in range(epochs) for i in epoch_order(seed, e, n).tolist()]
     return [stream[s * batch:(s + 1) * batch] for s in range(steps)]

@@ -29,7 +29,7 @@ from bertkit.model import BertModel, activation, init_weights
 class PreTrainingOutput:
     loss: torch.Tensor | None
     mlm_logits: torch.Tensor  # (B, P, V) at masked positions, else (B, T, V)
-    nsp_logits: torch.Tensor  # (B, 2): 0 = IsNext, 1 = NotNext
+    nsp_logits: torch.Tensor | None  # (B, 2): 0 = IsNext, 1 = NotNext; None without the head
     mlm_loss: torch.Tensor | None = None
     nsp_loss: torch.Tensor | None = None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from bertkit.data.collate import length_grouped_order
+from bertkit.training.stream import length_grouped_order
 
 
 def grouped(n=1000, batch=32, seed=0, offset=0, group_batches=50):

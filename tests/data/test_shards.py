@@ -115,12 +115,18 @@ def test_dynamic_masking_shards_and_collate(tmp_path, tokenizer):
     assert 4 not in np.concatenate([it["input_ids"] for it in items])  # stored unmasked
     with pytest.raises(BertkitError, match="DynamicMaskingCollate"):
         collate_pretraining(items)
-    collate = DynamicMaskingCollate(VocabInfo.from_tokenizer(tokenizer), rng=3)
-    first, second = collate(items), collate(items)
+    collate = DynamicMaskingCollate(VocabInfo.from_tokenizer(tokenizer), seed=3)
+    first, second = collate(items, range(8)), collate(items, range(8, 16))
     assert (first["masked_lm_weights"].sum(1) >= 1).all()
-    assert not torch.equal(first["input_ids"], second["input_ids"])  # fresh masks per batch
-    again = DynamicMaskingCollate(VocabInfo.from_tokenizer(tokenizer), rng=3)(items)
+    assert not torch.equal(first["input_ids"], second["input_ids"])  # new masks per position
+    again = DynamicMaskingCollate(VocabInfo.from_tokenizer(tokenizer), seed=3)(items, range(8))
     assert torch.equal(first["input_ids"], again["input_ids"])  # reproducible from the seed
+    # an example's masks depend on its position alone, not on the batch it was collated in
+    alone = collate([items[5]], [5])
+    n = int(alone["attention_mask"].sum())
+    assert torch.equal(alone["input_ids"][0, :n], first["input_ids"][5, :n])
+    k = int(alone["masked_lm_weights"].sum())
+    assert torch.equal(alone["masked_lm_positions"][0, :k], first["masked_lm_positions"][5, :k])
     rows = first["masked_lm_positions"]
     picked = first["input_ids"].gather(1, rows)[first["masked_lm_weights"] > 0]
     assert (picked == 4).float().mean() > 0.5  # mostly [MASK]

@@ -25,7 +25,7 @@ from bertkit.training.finetune import (
     training_collate,
 )
 from bertkit.training.grid import pick_run, summarize
-from bertkit.training.runtime import stream_seed
+from bertkit.training.stream import stream_seed
 
 
 @pytest.fixture()

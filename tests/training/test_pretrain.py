@@ -144,19 +144,21 @@ def test_ltr_causal_mask_hides_the_future():
     assert torch.equal(targets["masked_lm_positions"][0], torch.arange(9))
 
 
-def test_dynamic_masking_state_round_trips(corpus):
+def test_dynamic_masks_follow_the_stream_position(corpus):
+    """Masks are a function of (seed, global position): the same positions give the same masks
+    from a fresh collate (nothing to save for resume), other positions give others."""
     tokenizer = BertTokenizer.from_pretrained(corpus["tok"])
     dataset = ShardDataset(corpus["dynamic"])
     items = [dataset[i] for i in range(8)]
     collate = make_collate(dataset, "mlm+nsp", tokenizer, seed=3)
-    first = collate(items)
-    state = collate.state_dict()
-    second = collate(items)
-    assert not torch.equal(first["masked_lm_positions"], second["masked_lm_positions"])
-    again = make_collate(dataset, "mlm+nsp", tokenizer, seed=99)
-    again.load_state_dict(state)
-    for key, value in again(items).items():
-        assert torch.equal(value, second[key]), key
+    first = collate(items, range(8))
+    later = collate(items, range(100, 108))  # the same examples in another epoch
+    assert not torch.equal(first["masked_lm_positions"], later["masked_lm_positions"])
+    again = make_collate(dataset, "mlm+nsp", tokenizer, seed=3)
+    for key, value in again(items, range(8)).items():
+        assert torch.equal(value, first[key]), key
+    other_seed = make_collate(dataset, "mlm+nsp", tokenizer, seed=4)(items, range(8))
+    assert not torch.equal(other_seed["masked_lm_positions"], first["masked_lm_positions"])
 
 
 def failing(capsys, argv_tail, corpus, out) -> str:
@@ -219,12 +221,12 @@ def test_objectives_shape_the_batch(corpus):
     dataset = ShardDataset(corpus["shards"])
     items = [dataset[i] for i in range(6)]
     mask_id = int(dataset.meta["tokenizer"]["mask_token_id"])
-    both = make_collate(dataset, "mlm+nsp", None, 0)(items)
+    both = make_collate(dataset, "mlm+nsp", None, 0)(items, range(len(items)))
     assert "next_sentence_label" in both and (both["input_ids"] == mask_id).any()
-    mlm = make_collate(dataset, "mlm", None, 0)(items)
+    mlm = make_collate(dataset, "mlm", None, 0)(items, range(len(items)))
     assert "next_sentence_label" not in mlm
     assert torch.equal(mlm["masked_lm_positions"], both["masked_lm_positions"])
-    ltr = make_collate(dataset, "ltr", None, 0)(items)
+    ltr = make_collate(dataset, "ltr", None, 0)(items, range(len(items)))
     assert ltr["causal"] is True and "next_sentence_label" not in ltr
     assert not (ltr["input_ids"] == mask_id).any()  # the original text, restored
     rows = torch.arange(6).unsqueeze(1)
@@ -267,7 +269,8 @@ def test_held_out_accuracy_equals_transformers_from_the_same_weights(corpus):
     opts = [torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=0.01) for m in (ours, ref)]
     collate = make_collate(dataset, "mlm+nsp", tokenizer, seed=0)
     for step in range(16):
-        batch = collate([train_set[i] for i in range(16 * step, 16 * step + 16)])
+        positions = range(16 * step, 16 * step + 16)
+        batch = collate([train_set[i] for i in positions], positions)
         dense = torch.full_like(batch["input_ids"], -100).scatter(  # (B, T) -100 but predicted
             1, batch["masked_lm_positions"].long(),
             torch.where(batch["masked_lm_weights"] > 0, batch["masked_lm_ids"].long(), -100))
@@ -285,7 +288,8 @@ def test_held_out_accuracy_equals_transformers_from_the_same_weights(corpus):
         hits = nsp = 0.0
         eval_collate = make_collate(dataset, "mlm+nsp", tokenizer, 0)
         for start in range(0, 64, 16):
-            batch = eval_collate([held_out[i] for i in range(start, start + 16)])
+            positions = range(start, start + 16)
+            batch = eval_collate([held_out[i] for i in positions], positions)
             out = ref(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
                       attention_mask=batch["attention_mask"])
             pos = batch["masked_lm_positions"].long()  # (B, P)

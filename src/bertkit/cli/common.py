@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -23,3 +24,11 @@ def data_root(given: Path | None) -> Path:
         raise BertkitError(f"{root}: no such data folder ({how}); pass --data DIR or set "
                            f"{DATA_ENV}, or fetch data with `bertkit data download`")
     return root
+
+
+def add_loader_workers(p: argparse.ArgumentParser) -> None:
+    """--loader-workers, for the commands that train (pretrain, finetune)."""
+    p.add_argument("--loader-workers", type=int, default=None, metavar="N",
+                   help="DataLoader worker processes that collate batches ahead of the step "
+                   "(default: 0 on a CPU, where a worker takes a core from the step; up to 4 "
+                   "per GPU)")

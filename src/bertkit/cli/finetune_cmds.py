@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from bertkit.cli.common import add_loader_workers
 from bertkit.errors import BertkitError
 from bertkit.inference.finetuned import evaluate_model, predict_examples, task_of
 from bertkit.io import atomic_write_text, check_new_file, claim_output_dir
@@ -68,6 +69,7 @@ def _add_finetune(subparsers) -> None:
     p.add_argument("--precision", default=FT.train.precision, choices=PRECISIONS,
                    help="auto (default): bf16 where this machine computes it fast, else fp32")
     p.add_argument("--device", default=FT.train.device)
+    add_loader_workers(p)
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the model (padded batches; see docs/benchmarks.md)")
     p.add_argument("--no-packing", action="store_true",
@@ -166,6 +168,7 @@ def finetune_config(args: argparse.Namespace) -> tuple[FinetuneConfig, list[floa
         warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
         optimizer=args.optimizer, schedule=args.schedule, precision=args.precision,
         device=args.device, eval_every=args.eval_every, compile=args.compile,
+        loader_workers=args.loader_workers,
         resume=args.resume, progress=not args.no_progress)
     for lr in lrs[1:]:
         dataclasses.replace(train, lr=lr)  # each grid value is validated before any work

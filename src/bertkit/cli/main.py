@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
+from collections.abc import Mapping
 
 COMMAND_MODULES = [
     "bertkit.cli.model_cmds",
@@ -64,6 +66,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The commands that run as several processes under torchrun; every other one refuses there
+# (two copies would do the same work and write into the same files).
+DISTRIBUTED_COMMANDS = ("pretrain",)
+
+
+def refuse_under_torchrun(command: str, environ: Mapping[str, str]) -> str | None:
+    """The one-line refusal for `command` launched as several processes, or None."""
+    world = environ.get("WORLD_SIZE", "1")
+    if command in DISTRIBUTED_COMMANDS or not world.isdigit() or int(world) <= 1:
+        return None
+    return (f"`bertkit {command}` runs as one process; launched by torchrun as {world} "
+            f"processes it would do the same work {world} times into the same files. Run it "
+            "without torchrun (only `bertkit pretrain` is distributed).")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -71,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    refusal = refuse_under_torchrun(args.command, os.environ)
+    if refusal is not None:
+        if os.environ.get("RANK", "0") == "0":  # one line, not one per process
+            print(f"bertkit: error: {refusal}", file=sys.stderr)
+        return 1
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

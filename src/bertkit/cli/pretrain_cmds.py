@@ -8,6 +8,7 @@ import logging
 import os
 from pathlib import Path
 
+from bertkit.cli.common import add_loader_workers
 from bertkit.inference.pretraining import fill_mask, is_next_probability, load_pretraining_model
 from bertkit.studies.report import plot_run
 from bertkit.training import distributed
@@ -81,6 +82,7 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--save-every", type=int, default=T.save_every, help="0 = only at the end")
     p.add_argument("--keep", type=int, default=T.keep, help="training states kept (0 = all)")
     p.add_argument("--device", default=T.device)
+    add_loader_workers(p)
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.add_argument("--tensorboard", action="store_true",
@@ -107,6 +109,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
             precision=args.precision, seed=args.seed, log_every=args.log_every,
             eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,
             device=args.device, compile=args.compile, resume=args.resume,
+            loader_workers=args.loader_workers,
             progress=args.progress, tensorboard=args.tensorboard)
         cfg = PretrainConfig(
             data=args.data, train=train_cfg, model=args.model, config_file=args.config_file,

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from bertkit.data.masking import VocabInfo, mask_batch
+from bertkit.data.masking import VocabInfo, mask_tokens
 from bertkit.errors import BertkitError
 
 Item = Mapping[str, np.ndarray]
@@ -65,67 +65,48 @@ def _finish(batch: dict[str, np.ndarray], items: Sequence[Item]) -> dict[str, to
 
 
 class DynamicMaskingCollate:
-    """Masks each batch afresh (RoBERTa's dynamic masking), then collates like
+    """Masks each example afresh (RoBERTa's dynamic masking), then collates like
     `collate_pretraining`. Items need unmasked `input_ids` and `token_type_ids` (any
     pre-existing mask fields are ignored and replaced).
 
-    The generator is owned by this object and advances batch after batch, so every epoch sees
-    new masks while a run from the same seed is reproducible. With DataLoader workers each worker
-    holds a copy of the generator: re-seed it per worker (`reseed`) to avoid repeated masks.
+    The masks of an example are a pure function of (seed, its global stream position): the loop
+    passes the positions, so an example seen again in a later epoch gets new masks, while the
+    masks of a run do not depend on how its batches are split over processes, micro-batches or
+    DataLoader workers, and a resumed run (on any number of processes) masks as the
+    uninterrupted one did. The object holds no state to save.
     """
+
+    wants_positions = True  # the loop calls `collate(items, positions)`
 
     def __init__(
         self,
         vocab: VocabInfo,
-        rng: np.random.Generator | int = 0,
+        seed: int = 0,
         masked_lm_prob: float = 0.15,
         max_predictions: int = 20,
         whole_word_mask: bool = False,
         pad_token_id: int = 0,
     ):
         self.vocab = vocab
-        self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+        self.seed = int(seed)
         self.masked_lm_prob = masked_lm_prob
         self.max_predictions = max_predictions
         self.whole_word_mask = whole_word_mask
         self.pad_token_id = pad_token_id
 
-    def __call__(self, items: Sequence[Item]) -> dict[str, torch.Tensor]:
+    def __call__(self, items: Sequence[Item], positions: Sequence[int]) -> dict[str, torch.Tensor]:
         if not items:
             raise BertkitError("cannot collate an empty batch")
-        ids = [np.asarray(it["input_ids"]) for it in items]
-        lengths = np.array([len(x) for x in ids])  # (B,)
-        T = int(lengths.max())
-        m = mask_batch(_pad_2d(ids, T, self.pad_token_id, np.int64), lengths, self.vocab,
-                       self.rng, self.masked_lm_prob, self.max_predictions, self.whole_word_mask)
-        P = m.positions.shape[1]
-        batch = {
-            "input_ids": m.input_ids,
-            "token_type_ids": _pad_2d([it["token_type_ids"] for it in items], T, 0, np.int64),
-            "attention_mask": (np.arange(T) < lengths[:, None]).astype(np.int64),  # (B, T)
-            "masked_lm_positions": m.positions.astype(np.int64),
-            "masked_lm_ids": m.labels.astype(np.int64),
-            "masked_lm_weights": (np.arange(P) < m.counts[:, None]).astype(np.float32),  # (B, P)
-        }
-        return _finish(batch, items)
+        if len(positions) != len(items):
+            raise BertkitError(f"{len(items)} items but {len(positions)} stream positions")
+        return collate_pretraining([self.mask(it, p) for it, p in zip(items, positions)],
+                                   self.pad_token_id)
 
-
-def length_grouped_order(order: torch.Tensor, lengths: torch.Tensor, batch_size: int,
-                         generator: torch.Generator, offset: int = 0,
-                         group_batches: int = 50) -> torch.Tensor:
-    """Reorder a random permutation `order` of the examples so that each batch holds examples
-    of similar length (less padding), while the order stays random: cut `order` into groups of
-    `group_batches` batches, sort each group by length (longest first), cut the result into
-    batches and shuffle those batches with `generator`.
-
-    `offset`: the first `offset` positions complete a batch begun before `order` (an epoch that
-    does not start on a batch boundary); they and the last partial batch keep their places."""
-    lengths = torch.as_tensor(lengths)
-    group = batch_size * group_batches
-    parts = [order[i:i + group] for i in range(0, len(order), group)]
-    ordered = torch.cat([p[torch.argsort(lengths[p], descending=True, stable=True)] for p in parts])
-    head = min(offset, len(ordered))
-    n_full = (len(ordered) - head) // batch_size
-    body = ordered[head:head + n_full * batch_size].view(n_full, batch_size)  # (batches, B)
-    body = body[torch.randperm(n_full, generator=generator)].reshape(-1)
-    return torch.cat([ordered[:head], body, ordered[head + n_full * batch_size:]])
+    def mask(self, item: Item, position: int) -> dict[str, np.ndarray]:
+        """`item` with the masks of stream position `position` (as a statically masked item)."""
+        rng = np.random.default_rng((self.seed, int(position)))
+        m = mask_tokens(np.asarray(item["input_ids"]), self.vocab, rng, self.masked_lm_prob,
+                        self.max_predictions, self.whole_word_mask)
+        return {**item, "input_ids": m.input_ids, "masked_lm_positions": m.positions,
+                "masked_lm_ids": m.labels,
+                "masked_lm_weights": np.ones(len(m.positions), np.float32)}

@@ -33,6 +33,7 @@ from bertkit.training.loop import train
 from bertkit.training.pretrain import (
     PretrainConfig,
     make_collate,
+    model_class,
     open_shards,
     pretraining_metrics,
     run_pretraining,
@@ -109,7 +110,7 @@ def seconds_per_step(recipe: PretrainConfig, config: BertConfig, shards: str | o
 
     def timed(steps: int, out: Path) -> float:
         torch.manual_seed(0)
-        model = BertForPreTraining(config)
+        model = model_class(recipe.objective)(config)
         cfg = dataclasses.replace(recipe.train, output_dir=str(out), max_steps=steps,
                                   warmup_steps=0, warmup_ratio=None, eval_every=0, save_every=0,
                                   log_every=steps, progress=False, resume=False)

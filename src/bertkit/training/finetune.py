@@ -36,8 +36,8 @@ from bertkit.tasks.base import run_model, split_dev
 from bertkit.tasks.feature_based import load_feature_model
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.loop import TrainConfig, train
-from bertkit.training.runtime import stream_seed
 from bertkit.training.state import list_checkpoints
+from bertkit.training.stream import stream_seed
 
 log = logging.getLogger(__name__)
 

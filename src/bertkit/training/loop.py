@@ -1,4 +1,4 @@
-"""The one training loop, shared by pre-training and fine-tuning (contract: LOOP_API).
+"""The one training loop, shared by pre-training and fine-tuning.
 
 A task contributes a model (whose forward returns an object with `.loss`), a dataset, a collate
 function and optionally an evaluation function; `train` does the rest, visibly:
@@ -7,7 +7,7 @@ function and optionally an evaluation function; `train` does the rest, visibly:
     → unscale, clip → all-reduced stats (non-finite loss stops) → optimizer step, zero-grad
     → log / eval / save.
 
-Data order: a stream of epochs, each a permutation from a `torch.Generator` seeded with
+Data order (`training.stream`): one stream of epochs, each a permutation seeded with
 (seed, epoch). Step s consumes stream positions [s·B, (s+1)·B) for the global batch B; under DDP
 rank r takes its own contiguous slice of that global batch, so the effective batch is the same
 for any number of processes, and the data position is one integer (`examples_seen`).
@@ -42,10 +42,17 @@ from bertkit.training.runtime import (
     restore_run,
     run_state,
     signal_guard,
-    stream_seed,
     truncate_metrics,
 )
 from bertkit.training.state import latest_checkpoint, list_checkpoints, save_training_state
+from bertkit.training.stream import (
+    DataOrder,
+    StepPlan,
+    batches,
+    default_workers,
+    stream_seed,
+    take,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +88,7 @@ class TrainConfig:
     resume: bool = False
     progress: bool = True
     tensorboard: bool = False  # also write TensorBoard scalars (needs the tensorboard package)
+    loader_workers: int | None = None  # DataLoader worker processes; None: stream.default_workers
 
     def __post_init__(self) -> None:
         if self.max_steps is not None and self.max_steps < 1:
@@ -101,6 +109,8 @@ class TrainConfig:
             raise BertkitError(f"--weight-decay must be a finite number >= 0, got {self.weight_decay}")
         if math.isnan(self.max_grad_norm):
             raise BertkitError("--max-grad-norm must be a number (<= 0: no clipping)")
+        if self.loader_workers is not None and self.loader_workers < 0:
+            raise BertkitError(f"--loader-workers must be >= 0, got {self.loader_workers}")
         if self.log_every < 1:
             raise BertkitError(f"--log-every must be >= 1, got {self.log_every}")
         resolve_warmup(self.max_steps or 0, self.warmup_steps, self.warmup_ratio)
@@ -131,8 +141,13 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
           lengths: Any = None) -> TrainResult:
     """Train `model` for `config.max_steps` optimizer steps; see the module docstring.
     `lengths` (one per example): batch examples of similar length together
-    (`data.collate.length_grouped_order`; the order stays a function of (seed, epoch))."""
-    run = _prepare(model, dataset, collate, config, lengths)
+    (`stream.length_grouped_order`; the order stays a function of (seed, epoch))."""
+    run = _prepare(model, dataset, config, lengths)
+    workers = (default_workers(run.device) if config.loader_workers is None
+               else config.loader_workers)
+    micro_batches = batches(dataset, collate, run.order, run.plan, run.examples_seen,
+                            config.max_steps - run.step, workers,
+                            pin_memory=run.device.type == "cuda")
     losses: list[float] = []
     window = _Window()
     bar = progress_bar(total=config.max_steps, initial=run.step, desc="train", unit="step",
@@ -140,7 +155,7 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
     last_metrics: dict[str, float] = {}
     with signal_guard() as stop:
         while run.step < config.max_steps:
-            stats = _train_step(run, dataset, collate, step_metrics, stop)
+            stats = _train_step(run, take(micro_batches, run.accum), step_metrics, stop)
             losses.append(stats["loss"])
             window.add(stats)
             bar.update(1)
@@ -149,23 +164,23 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
             record = _maybe_log_and_eval(run, window, evaluate, config)
             last_metrics.update(record)
             if stats["stop"]:
-                path = _save(run, collate, config, last_metrics)
+                path = _save(run, config, last_metrics)
                 bar.close()
                 raise TrainingInterrupted(f"interrupted at step {run.step}; saved {path}")
             if config.save_every and run.step % config.save_every == 0:
-                _save(run, collate, config, last_metrics)
+                _save(run, config, last_metrics)
     bar.close()
     if evaluate is not None and not (config.eval_every and run.step % config.eval_every == 0):
         last_metrics.update(_log(run, {"step": run.step, **_evaluate(run, evaluate)}))
     path = Path(config.output_dir) / "checkpoints" / f"step-{run.step}"
     if not (config.save_every and run.step % config.save_every == 0):  # not saved just now
-        path = _save(run, collate, config, last_metrics)
+        path = _save(run, config, last_metrics)
     if run.tensorboard is not None:
         run.tensorboard.close()
     return TrainResult(run.step, losses, last_metrics, Path(config.output_dir), path)
 
 
-def _prepare(model: nn.Module, dataset, collate, config: TrainConfig, lengths: Any = None) -> Run:
+def _prepare(model: nn.Module, dataset, config: TrainConfig, lengths: Any = None) -> Run:
     """Device, batch plan, seeds, optimizer, scaler, wrappers, and the resumed state if any."""
     if config.max_steps is None:
         raise BertkitError("max_steps is not set: the run kind must set it before training")
@@ -192,16 +207,17 @@ def _prepare(model: nn.Module, dataset, collate, config: TrainConfig, lengths: A
         forward = nn.parallel.DistributedDataParallel(model, device_ids=ids)
     if config.compile:
         forward = torch.compile(forward)
+    if lengths is not None and len(lengths) != n:
+        raise BertkitError(f"lengths: {len(lengths)} values for {n} examples")
+    order = DataOrder(config.seed, n, config.batch_size,
+                      None if lengths is None else torch.as_tensor(lengths))
     run = Run(model=model, forward=forward, optimizer=optimizer, scaler=scaler, device=device,
-              n_examples=n, micro=micro, accum=accum, world=world, rank=rank, config=config,
-              warmup=config.resolved_warmup, precision=precision,
-              lengths=None if lengths is None else torch.as_tensor(lengths))
-    if run.lengths is not None and len(run.lengths) != n:
-        raise BertkitError(f"lengths: {len(run.lengths)} values for {n} examples")
+              order=order, plan=StepPlan(config.batch_size, world, rank, micro, accum),
+              config=config, warmup=config.resolved_warmup, precision=precision)
     if config.tensorboard and run.main:
         run.tensorboard = open_tensorboard(Path(config.output_dir) / "tensorboard")
     if config.resume:
-        restore_run(run, collate)
+        restore_run(run, reseed=_seed_everything)
         if run.main:
             truncate_metrics(Path(config.output_dir) / METRICS_FILE, run.step)
     elif run.main:
@@ -247,13 +263,6 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def global_batch_indices(run: Run) -> list[int]:
-    """This rank's dataset indices for the next step (see the module docstring)."""
-    per_rank = run.micro * run.accum
-    start = run.examples_seen + run.rank * per_rank
-    return [run.index_at(p) for p in range(start, start + per_rank)]
-
-
 def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
     return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v
             for k, v in batch.items()}
@@ -268,20 +277,20 @@ def _count_tokens(batch: dict[str, Any]) -> Any:
     return ids.numel() if torch.is_tensor(ids) else 0
 
 
-def _train_step(run: Run, dataset, collate, step_metrics, stop: StopFlag) -> dict[str, Any]:
-    """One optimizer step over `accum` micro-batches; returns all-rank averaged statistics."""
+def _train_step(run: Run, micro_batches: list[dict[str, Any]], step_metrics,
+                stop: StopFlag) -> dict[str, Any]:
+    """One optimizer step over this rank's `accum` micro-batches (collated by the loader);
+    returns all-rank averaged statistics."""
     cfg = run.config
     lr = lr_at(run.step, peak_lr=cfg.lr, warmup_steps=run.warmup, max_steps=cfg.max_steps,
                schedule=cfg.schedule)
     for group in run.optimizer.param_groups:
         group["lr"] = lr
-    indices = global_batch_indices(run)
     # Sums stay on the device (tensors) until the one all-reduce per step: no host sync per
     # micro-batch, so the GPU queue stays full.
     sums: dict[str, Any] = {"loss": 0.0}
     tokens = 0
-    for k in range(run.accum):
-        batch = collate([dataset[i] for i in indices[k * run.micro:(k + 1) * run.micro]])
+    for k, batch in enumerate(micro_batches):
         batch = _to_device(batch, run.device)
         tokens += _count_tokens(batch)
         out = _forward_backward(run, batch, last=k == run.accum - 1)
@@ -431,8 +440,8 @@ def _evaluate(run: Run, evaluate) -> dict[str, float]:
     return {(k if k.startswith("eval_") else f"eval_{k}"): float(v) for k, v in result.items()}
 
 
-def _save(run: Run, collate, config: TrainConfig, summary: dict[str, Any]) -> Path:
-    state = run_state(run, collate)  # collective under DDP: every rank takes part
+def _save(run: Run, config: TrainConfig, summary: dict[str, Any]) -> Path:
+    state = run_state(run)  # collective under DDP: every rank takes part
     path = Path(config.output_dir) / "checkpoints" / f"step-{run.step}"
     if run.main:
         path = save_training_state(config.output_dir, run.step, state, config.keep,

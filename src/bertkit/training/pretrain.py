@@ -13,7 +13,6 @@ Objectives (the paper's ablations, §5.1):
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -29,17 +28,23 @@ from bertkit.data.collate import DynamicMaskingCollate, collate_pretraining
 from bertkit.data.masking import VocabInfo
 from bertkit.data.shards import ShardDataset, read_meta
 from bertkit.errors import BertkitError
-from bertkit.heads import BertForPreTraining, PreTrainingOutput
+from bertkit.heads import BertForMaskedLM, BertForPreTraining, HeadOutput, PreTrainingOutput
 from bertkit.io import claim_output_dir
 from bertkit.tokenization import BertTokenizer
 from bertkit.training import distributed
 from bertkit.training.loop import TrainConfig, TrainResult, train
+from bertkit.training.stream import stream_seed
 
 log = logging.getLogger(__name__)
 
 OBJECTIVES = ("mlm+nsp", "mlm", "ltr", "sop")
 # Which shard objectives each training objective can read (None: any).
 _SHARDS_FOR = {"mlm+nsp": ("mlm+nsp",), "sop": ("sop",), "mlm": None, "ltr": None}
+# The objectives with a sentence-pair task: the only ones that build the pooler and the NSP/SOP
+# head. The others build what they train and nothing more: under DDP every parameter must get
+# a gradient (an untrained head would stop the first all-reduce), without the cost of
+# `find_unused_parameters`.
+_SENTENCE_TASK = ("mlm+nsp", "sop")
 
 
 RUN_MARKER = "pretrain_config.json"  # written first: marks a folder as a pre-training run
@@ -153,13 +158,20 @@ def model_config(cfg: PretrainConfig, vocab_size: int, seq_len: int) -> BertConf
                              max_position_embeddings=max(512, seq_len))
 
 
-def build_model(cfg: PretrainConfig, config: BertConfig) -> BertForPreTraining:
+def model_class(objective: str) -> type[BertForPreTraining] | type[BertForMaskedLM]:
+    """The model an objective trains: MLM + the sentence head for mlm+nsp and sop, the MLM head
+    alone (no pooler, as `transformers`' BertForMaskedLM) for mlm and ltr."""
+    return BertForPreTraining if objective in _SENTENCE_TASK else BertForMaskedLM
+
+
+def build_model(cfg: PretrainConfig, config: BertConfig) -> BertForPreTraining | BertForMaskedLM:
+    cls = model_class(cfg.objective)
     if cfg.init is not None:
-        model = BertForPreTraining.from_pretrained(cfg.init)
+        model = cls.from_pretrained(cfg.init)  # heads the objective does not train are left out
         model.train()
         return model
     torch.manual_seed(cfg.train.seed)  # the initial weights depend on the seed alone
-    return BertForPreTraining(config)
+    return cls(config)
 
 
 def ltr_targets(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -199,17 +211,21 @@ def _pad_batch(items: Sequence[dict[str, np.ndarray]], pad_id: int) -> dict[str,
 
 
 class PretrainCollate:
-    """Items -> the batch the objective needs; owns the dynamic-masking rng (saved with the
-    training state through `state_dict`, so --resume continues the same masks)."""
+    """Items -> the batch the objective needs. Dynamic masks are a function of each example's
+    global stream position (`DynamicMaskingCollate`), which the loop passes: nothing to save
+    with the training state, the same masks on any number of processes."""
+
+    wants_positions = True  # the loop calls `collate(items, positions)`
 
     def __init__(self, objective: str, pad_id: int, dynamic: DynamicMaskingCollate | None):
         self.objective, self.pad_id, self.dynamic = objective, pad_id, dynamic
 
-    def __call__(self, items: Sequence[dict[str, np.ndarray]]) -> dict[str, Any]:
+    def __call__(self, items: Sequence[dict[str, np.ndarray]],
+                 positions: Sequence[int]) -> dict[str, Any]:
         if self.objective == "ltr":
             return ltr_targets(_pad_batch([unmask(it) for it in items], self.pad_id))
         if self.dynamic is not None:
-            batch = self.dynamic(items)
+            batch = self.dynamic(items, positions)
         else:
             batch = collate_pretraining(items, self.pad_id)
         if self.objective == "mlm":
@@ -218,15 +234,6 @@ class PretrainCollate:
             raise BertkitError(f"objective {self.objective} needs sentence labels; these shards "
                                "carry none (prepared with --objective mlm)")
         return batch
-
-    def state_dict(self) -> dict[str, Any]:
-        if self.dynamic is None:
-            return {}
-        return {"rng": json.dumps(self.dynamic.rng.bit_generator.state)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if self.dynamic is not None and "rng" in state:
-            self.dynamic.rng.bit_generator.state = json.loads(state["rng"])
 
 
 def make_collate(dataset: ShardDataset, objective: str, tokenizer, seed: int) -> PretrainCollate:
@@ -241,17 +248,20 @@ def make_collate(dataset: ShardDataset, objective: str, tokenizer, seed: int) ->
         dynamic = DynamicMaskingCollate(
             # Shards prepared before the option existed treated [UNK] as special.
             VocabInfo.from_tokenizer(tokenizer, mask_unk=params.get("mask_unk", False)),
-            np.random.default_rng(seed),
+            seed,
             masked_lm_prob=params["masked_lm_prob"],
             max_predictions=params["max_predictions_per_seq"],
             whole_word_mask=params["whole_word_mask"], pad_token_id=pad_id)
     return PretrainCollate(objective, pad_id, dynamic)
 
 
-def pretraining_metrics(batch: dict[str, Any], out: PreTrainingOutput
+def pretraining_metrics(batch: dict[str, Any], out: PreTrainingOutput | HeadOutput
                         ) -> dict[str, torch.Tensor]:
     """Per-batch MLM accuracy (weighted as the loss) and NSP/SOP accuracy, plus both losses
-    (0-dim tensors: the loop sums them on the device)."""
+    (0-dim tensors: the loop sums them on the device). `out` is BertForPreTraining's or, for
+    the objectives without a sentence task, BertForMaskedLM's (whose loss is the MLM loss)."""
+    if isinstance(out, HeadOutput):
+        out = PreTrainingOutput(out.loss, out.logits, None, mlm_loss=out.loss)
     metrics: dict[str, torch.Tensor] = {}
     if out.mlm_loss is not None:
         w = batch["masked_lm_weights"].float()  # (B, P)
@@ -274,9 +284,10 @@ def make_evaluator(dataset, collate_factory: Callable[[], PretrainCollate], batc
         device = next(model.parameters()).device
         collate, sums, count = collate_factory(), {}, 0
         for start in range(0, min(len(dataset), batch_size * batches), batch_size):
-            items = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
+            positions = range(start, min(start + batch_size, len(dataset)))
+            items = [dataset[i] for i in positions]
             batch = {k: v.to(device) if torch.is_tensor(v) else v
-                     for k, v in collate(items).items()}
+                     for k, v in collate(items, positions).items()}
             out = model(**batch)
             for k, v in {"loss": out.loss, **pretraining_metrics(batch, out)}.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
@@ -317,7 +328,7 @@ def document_cut(chunk_starts: Sequence[int], n: int, k: int) -> int | None:
     return min(candidates, key=lambda s: (abs(n - s - k), s))
 
 
-def run_phase(cfg: PretrainConfig, model: BertForPreTraining, data_dir: str, tokenizer,
+def run_phase(cfg: PretrainConfig, model: BertForPreTraining | BertForMaskedLM, data_dir: str, tokenizer,
               train_cfg: TrainConfig) -> TrainResult:
     """One phase: open and check the shards, hold out eval data, train."""
     dataset = open_shards(data_dir, tokenizer, model.config)
@@ -328,8 +339,8 @@ def run_phase(cfg: PretrainConfig, model: BertForPreTraining, data_dir: str, tok
         train_set, eval_set = dataset, eval_source
     else:
         train_set, eval_set = split_eval(dataset, cfg.eval_holdout)
-    seed = train_cfg.seed + 7919 * distributed.rank()  # distinct masks on every rank
-    collate = make_collate(dataset, cfg.objective, tokenizer, seed)
+    collate = make_collate(dataset, cfg.objective, tokenizer,
+                           stream_seed(train_cfg.seed, "masking"))
     evaluate = None
     if eval_set is not None:
         micro = train_cfg.micro_batch_size or train_cfg.batch_size
@@ -379,7 +390,7 @@ def run_pretraining(cfg: PretrainConfig) -> TrainResult:
     return result
 
 
-def export(model: BertForPreTraining, tokenizer, directory: Path) -> None:
+def export(model: BertForPreTraining | BertForMaskedLM, tokenizer, directory: Path) -> None:
     """The release export: HF layout (loadable by `transformers`) + the tokenizer files."""
     model.save_pretrained(directory)
     if tokenizer is not None:

@@ -6,13 +6,12 @@ Kept apart from `loop.py` so the loop itself stays one screen of visible steps.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import signal
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +19,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bertkit.data.collate import length_grouped_order
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text
 from bertkit.switches import AUTO_PRECISION, forced_auto_precision
 from bertkit.training.state import latest_checkpoint, load_training_state, rng_state, set_rng_state
+from bertkit.training.stream import DataOrder, StepPlan, stream_seed
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +37,8 @@ class Run:
     optimizer: torch.optim.Optimizer
     scaler: Any  # torch.amp.GradScaler for fp16, else None
     device: torch.device
-    n_examples: int
-    micro: int
-    accum: int
-    world: int
-    rank: int
+    order: DataOrder  # the dataset index at each global stream position
+    plan: StepPlan  # how a global batch splits over processes and micro-batches
     config: Any  # TrainConfig
     warmup: int
     precision: str = "fp32"  # the resolved precision ("auto" chosen for this machine)
@@ -50,21 +46,22 @@ class Run:
     examples_seen: int = 0  # the data position: global stream index of the next example
     tokens_seen: int = 0
     tensorboard: Any = None  # a SummaryWriter on rank 0 when asked for and installed
-    lengths: torch.Tensor | None = None  # (n_examples,): set = length-grouped batches
-    _perms: dict[int, torch.Tensor] = field(default_factory=dict)
 
     @property
     def main(self) -> bool:
         return self.rank == 0
 
-    def index_at(self, position: int) -> int:
-        """Dataset index at a global stream position: epoch e is a permutation seeded (seed, e),
-        length-grouped (from the same stream) when `lengths` is set."""
-        epoch, offset = divmod(position, self.n_examples)
-        if epoch not in self._perms:
-            self._perms = {epoch: epoch_order(self.config.seed, epoch, self.n_examples,
-                                              self.lengths, self.config.batch_size)}
-        return int(self._perms[epoch][offset])
+    @property
+    def rank(self) -> int:
+        return self.plan.rank
+
+    @property
+    def world(self) -> int:
+        return self.plan.world
+
+    @property
+    def accum(self) -> int:
+        return self.plan.accum
 
 
 def _gather_rng(run: Run) -> list[dict[str, Any]]:
@@ -77,8 +74,9 @@ def _gather_rng(run: Run) -> list[dict[str, Any]]:
     return gathered
 
 
-def run_state(run: Run, collate: Any) -> dict[str, Any]:
-    """The training state of `run` (every rank must call it: the RNG gather is collective)."""
+def run_state(run: Run) -> dict[str, Any]:
+    """The training state of `run` (every rank must call it: the RNG gather is collective).
+    The data position is one integer and masks are drawn from it: no data-side state."""
     state = {
         "step": run.step,
         "examples_seen": run.examples_seen,
@@ -92,12 +90,10 @@ def run_state(run: Run, collate: Any) -> dict[str, Any]:
     state["model"] = run.model.state_dict()
     state["optimizer"] = run.optimizer.state_dict()
     state["scaler"] = run.scaler.state_dict() if run.scaler is not None else None
-    if hasattr(collate, "state_dict"):
-        state["collate"] = collate.state_dict()
     return state
 
 
-def restore_run(run: Run, collate: Any) -> None:
+def restore_run(run: Run, reseed: Callable[[int], None]) -> None:
     """Load the latest checkpoint of `run.config.output_dir` into the run (every rank reads it)."""
     path = latest_checkpoint(run.config.output_dir)
     if path is None:
@@ -116,13 +112,17 @@ def restore_run(run: Run, collate: Any) -> None:
     run.step, run.examples_seen = state["step"], state["examples_seen"]
     run.tokens_seen = state["tokens_seen"]
     rngs = state["rng"]
-    if len(rngs) != run.world:
-        log.warning("%s: saved by %d process(es), resumed by %d; RNG streams restart from rank "
-                    "0's state, so dropout differs from an uninterrupted run", path, len(rngs),
-                    run.world)
-    set_rng_state(rngs[run.rank] if run.rank < len(rngs) else rngs[0])
-    if "collate" in state and hasattr(collate, "load_state_dict"):
-        collate.load_state_dict(state["collate"])
+    if len(rngs) == run.world:
+        set_rng_state(rngs[run.rank])
+    else:
+        # The data order and the masks follow the global position and carry over; each rank's
+        # dropout stream cannot (there is one per process), so it is re-derived from the seed,
+        # the rank and the step: deterministic, but not the uninterrupted run's.
+        reseed(stream_seed(run.config.seed, f"dropout/{run.rank}/resumed-at-{run.step}"))
+        if run.main:
+            log.warning("%s: saved by %d process(es), resumed by %d at the same global batch: "
+                        "same examples, same order, same masks; dropout streams re-derived "
+                        "from (seed, rank, step)", path, len(rngs), run.world)
     log.info("resumed from %s (step %d)", path, run.step)
 
 
@@ -211,28 +211,6 @@ def resolve_device(name: str | torch.device) -> torch.device:
     elif device.type == "mps" and not torch.backends.mps.is_available():
         raise BertkitError(f"--device {name}: MPS is not available on this machine")
     return device
-
-
-def epoch_order(seed: int, epoch: int, n: int, lengths: torch.Tensor | None = None,
-                batch_size: int = 1) -> torch.Tensor:
-    """Epoch `epoch`'s order of the n examples: a permutation from the run's "order/<epoch>"
-    stream, length-grouped by batches (from the same stream) when `lengths` is set."""
-    gen = torch.Generator().manual_seed(stream_seed(seed, f"order/{epoch}"))
-    perm = torch.randperm(n, generator=gen)
-    if lengths is not None:  # the epoch's first step may have begun in the last one
-        first = (-epoch * n) % batch_size
-        perm = length_grouped_order(perm, lengths, batch_size, gen, first)
-    return perm
-
-
-def stream_seed(seed: int, stream: str) -> int:
-    """The seed of one named random stream of a run ("order/0", "dropout/0", "head", ...):
-    derived from the run's seed, independent of every other stream. The loop's data order
-    and dropout, and fine-tuning's new head, each draw from their own (Mosbach et al. 2021 and
-    Dodge et al. 2020 show how much fine-tuning depends on these; sharing one stream ties the
-    first dropout masks to the head's initial weights)."""
-    digest = hashlib.sha256(f"{seed}/{stream}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") % 2**63
 
 
 # --precision auto. bf16 pays only where the hardware multiplies bf16 fast; emulated bf16

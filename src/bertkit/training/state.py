@@ -19,6 +19,7 @@ import random
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,9 @@ def rng_state() -> dict[str, Any]:
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        # this process's GPU only: under torchrun each process owns one, and a state per visible
+        # GPU could not be restored on a machine with fewer
+        state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
@@ -54,7 +57,22 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        restore_cuda_rng(state["cuda"], torch.cuda.device_count(), torch.cuda.set_rng_state)
+
+
+def restore_cuda_rng(saved: torch.Tensor | list[torch.Tensor], device_count: int,
+                     set_state: Callable[..., None]) -> None:
+    """Restore a saved CUDA RNG state into this process's GPU. `saved` is one state, or (states
+    written before that) one per GPU visible when saved; a machine with fewer GPUs restores
+    those it has, with a warning, never an IndexError."""
+    if torch.is_tensor(saved):
+        set_state(saved)
+        return
+    if len(saved) > device_count:
+        log.warning("the checkpoint holds CUDA RNG states of %d GPUs, this machine has %d: "
+                    "restoring the first %d", len(saved), device_count, device_count)
+    for index, one in enumerate(saved[:device_count]):
+        set_state(one, index)
 
 
 def _as_tuple(x: Any) -> Any:
