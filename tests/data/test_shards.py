@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -150,3 +151,106 @@ def test_unfinished_output_is_refused(prepared, tmp_path):
         ShardDataset(tmp_path)
     with pytest.raises(BertkitError, match="not a directory made by"):
         ShardDataset(tmp_path / "nowhere")
+
+
+# ---- thousands of shards in a few file descriptors -------------------------------------------
+
+NOFILE = 256
+
+
+@pytest.fixture(scope="module")
+def many_shards(tmp_path_factory, tokenizer):
+    """≥ 3,000 one-instance shards (fsync off: 21,000 fsyncs would only test the disk)."""
+    root = tmp_path_factory.mktemp("many")
+    chunk = ChunkConfig(InstanceConfig(max_seq_length=32), dupe_factor=2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("bertkit.data.shards.os.fsync", lambda fd: None)
+        prepare([_corpus(root / "corpus.txt", n_docs=520)], tokenizer, root / "shards",
+                PrepareConfig(chunk, format="google", shard_size=1), progress=False)
+    assert len(read_meta(root / "shards")["shards"]) >= 3000
+    tokenizer.save_pretrained(root / "tok")
+    return root
+
+
+def test_open_shards_stay_within_the_descriptor_budget(many_shards):
+    from bertkit.data.shards import open_shard_budget
+
+    assert open_shard_budget(256) == 9 and open_shard_budget(1024) == 36
+    assert open_shard_budget(10) == 1 and open_shard_budget(10**6) == 128
+    ds = ShardDataset(many_shards / "shards")
+    ds.verify()  # by size only: opens nothing
+    assert len(ds._shards) == 0
+    order = np.random.default_rng(0).permutation(len(ds))[:2000]
+    for i in order:
+        assert len(ds[int(i)]["input_ids"]) > 0
+        assert len(ds._shards) <= ds.max_open
+    # the cache still serves the same items as a fresh dataset
+    fresh = ShardDataset(many_shards / "shards")
+    assert all(np.array_equal(ds[int(i)]["input_ids"], fresh[int(i)]["input_ids"])
+               for i in order[:50])
+
+
+def test_verify_names_a_missing_or_truncated_file(many_shards, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(many_shards / "shards", broken)
+    ShardDataset(broken).verify()
+    lengths = broken / "shard-01234" / "lengths.npy"
+    lengths.write_bytes(lengths.read_bytes()[:-2])
+    with pytest.raises(BertkitError, match="shard-01234/lengths.npy: .* truncated"):
+        ShardDataset(broken).verify()
+    shutil.rmtree(broken / "shard-01234")
+    with pytest.raises(BertkitError, match="shard-01234/input_ids.npy: missing"):
+        ShardDataset(broken).verify()
+
+
+def test_too_many_open_files_is_reported_as_what_it_is(prepared, monkeypatch):
+    import errno
+
+    def emfile(*args, **kwargs):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr("bertkit.data.shards.np.load", emfile)
+    with pytest.raises(BertkitError, match="too many open files .*ulimit -n") as info:
+        ShardDataset(prepared)[0]
+    assert "corrupt" not in str(info.value)
+
+
+def test_pretraining_on_3000_shards_under_a_low_descriptor_limit_resumes(many_shards, tmp_path):
+    """`bertkit pretrain` under `ulimit -n 256` on ≥ 3,000 shards (at 7 descriptors a shard,
+    opening them all would need 21,000): trains, and a run cut after its step-2 checkpoint
+    resumes to the same losses."""
+    import json
+    import resource
+    import subprocess
+    import sys
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"vocab_size": 24, "hidden_size": 16, "num_hidden_layers": 1,
+                                  "num_attention_heads": 2, "intermediate_size": 32,
+                                  "max_position_embeddings": 32, "hidden_dropout_prob": 0.1}))
+
+    def pretrain(out, *extra):
+        def low_limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
+
+        argv = [sys.executable, "-m", "bertkit", "pretrain", "--data",
+                str(many_shards / "shards"), "--tokenizer", str(many_shards / "tok"),
+                "--config", str(config), "--output", str(out), "--max-steps", "4",
+                "--save-every", "2", "--keep", "0", "--batch-size", "64", "--lr", "1e-3",
+                "--log-every", "1", "--eval-holdout", "0", "--precision", "fp32",
+                "--device", "cpu", "--no-progress", *extra]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=240,
+                              preexec_fn=low_limit, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return [json.loads(x)["loss"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+    full = pretrain(tmp_path / "full")
+    assert len(full) == 4
+    cut = tmp_path / "cut"
+    pretrain(cut)
+    import shutil
+
+    shutil.rmtree(cut / "checkpoints" / "step-4")  # as if killed between the two saves
+    assert pretrain(cut, "--resume") == full

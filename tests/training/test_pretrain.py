@@ -191,7 +191,7 @@ def test_bad_input_gets_one_clear_line(corpus, tmp_path, capsys):
     ids = broken / "shard-00001" / "input_ids.npy"
     ids.write_bytes(ids.read_bytes()[:200])
     err = failing(capsys, ["--data", str(broken), "--max-steps", "1"], corpus, out)
-    assert "shard-00001: corrupted shard" in err
+    assert "shard-00001/input_ids.npy" in err and "truncated" in err
     err = failing(capsys, ["--resume", "--max-steps", "1"], corpus, out)
     assert "no checkpoint" in err
     err = failing(capsys, ["--objective", "sop", "--max-steps", "1"], corpus, out)

@@ -156,7 +156,8 @@ class _ShardWriter:
         name = shard_io.shard_name(len(self.meta["shards"]))
         shard_io.write_shard(self.out / name, shard)
         self.meta["shards"].append(
-            {"name": name, "instances": len(shard), "tokens": shard.num_tokens}
+            {"name": name, "instances": len(shard), "tokens": shard.num_tokens,
+             "predictions": int(shard.masked_lm_positions.shape[0])}
         )
         if self.buffer:
             chunk, offset = self.buffer[0][0], self.buffer[0][1]

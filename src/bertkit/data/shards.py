@@ -14,12 +14,20 @@ Layout of an output directory::
 
 Variable-length instances are stored back to back (no padding on disk); `ShardDataset` maps the
 files into memory and slices one instance out in O(1) from prefix sums of the lengths.
+
+A memory map holds a file descriptor for as long as it lives, 7 per shard, and a BERT-scale
+dataset has thousands of shards: `ShardDataset` keeps the most recently used shards open in a
+cache sized from the process's descriptor limit (`open_shard_budget`) and closes the others.
+Checking a dataset (`ShardDataset.verify`) reads sizes from the file system against the counts
+in `meta.json`, without opening a shard.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,11 +165,71 @@ def check_vocabulary(
         )
 
 
+def open_shard_budget(limit: int | None = None) -> int:
+    """How many shards to keep open at once: a quarter of the descriptor limit (the soft
+    RLIMIT_NOFILE, or `limit`) for their 7 memory maps each, leaving the rest to torch,
+    DataLoader workers' pipes and the user's files; between 1 and 128."""
+    if limit is None:
+        try:
+            import resource
+
+            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        except (ImportError, OSError, ValueError):
+            limit = 1024
+        if limit < 0:  # RLIM_INFINITY
+            limit = 1 << 20
+    return max(1, min(128, limit // 4 // len(ARRAY_NAMES)))
+
+
+def _expected_sizes(entry: dict[str, Any], dtype: np.dtype) -> dict[str, int]:
+    """Data bytes of each array of a shard, from its `meta.json` entry (the arrays whose
+    length the entry does not give are left out)."""
+    n, tokens = int(entry["instances"]), int(entry["tokens"])
+    sizes = {"input_ids": tokens * dtype.itemsize, "lengths": n * 4, "b_starts": n * 4,
+             "masked_lm_counts": n * 4, "next_sentence_label": n}
+    if "predictions" in entry:
+        sizes["masked_lm_positions"] = int(entry["predictions"]) * 4
+        sizes["masked_lm_ids"] = int(entry["predictions"]) * dtype.itemsize
+    return sizes
+
+
+def too_many_open_files(err: OSError, where: Path) -> BertkitError:
+    """EMFILE as what it is: the process's descriptor limit, not damage."""
+    limit = "unknown"
+    try:
+        import resource
+
+        limit = str(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    except (ImportError, OSError, ValueError):
+        pass
+    return BertkitError(f"{where}: too many open files (this process may open {limit}); raise "
+                        "the limit (`ulimit -n 4096`) or use fewer DataLoader workers")
+
+
+def _npy_header_size(file: Path) -> int | None:
+    """Bytes before the data of a .npy file (magic, version, header length, header), or None
+    when it does not start like one. Format versions 1 (2-byte length) and 2/3 (4-byte)."""
+    with open(file, "rb") as f:
+        start = f.read(12)
+    if len(start) < 10 or not start.startswith(b"\x93NUMPY"):
+        return None
+    if start[6] == 1:
+        return 10 + int.from_bytes(start[8:10], "little")
+    if len(start) < 12:
+        return None
+    return 12 + int.from_bytes(start[8:12], "little")
+
+
 class _Shard:
     """One shard's arrays, memory-mapped, with prefix sums for O(1) slicing."""
 
     def __init__(self, directory: Path):
-        arrays = {n: np.load(directory / f"{n}.npy", mmap_mode="r") for n in ARRAY_NAMES}
+        try:
+            arrays = {n: np.load(directory / f"{n}.npy", mmap_mode="r") for n in ARRAY_NAMES}
+        except OSError as err:
+            if err.errno in (errno.EMFILE, errno.ENFILE):
+                raise too_many_open_files(err, directory) from err
+            raise
         self.arrays = arrays
         self.tok_offsets = np.concatenate([[0], np.cumsum(arrays["lengths"], dtype=np.int64)])
         self.msk_offsets = np.concatenate(
@@ -214,7 +282,8 @@ class ShardDataset(torch.utils.data.Dataset):
         self.shard_names = [s["name"] for s in self.meta["shards"]]
         counts = [int(s["instances"]) for s in self.meta["shards"]]
         self.cumulative = np.cumsum([0, *counts], dtype=np.int64)
-        self._shards: dict[int, _Shard] = {}
+        self.max_open = open_shard_budget()
+        self._shards: OrderedDict[int, _Shard] = OrderedDict()  # most recently used last
 
     @property
     def dynamic_masking(self) -> bool:
@@ -228,9 +297,42 @@ class ShardDataset(torch.utils.data.Dataset):
         return int(self.cumulative[-1])
 
     def _shard(self, index: int) -> _Shard:
-        if index not in self._shards:
-            self._shards[index] = _Shard(self.path / self.shard_names[index])
-        return self._shards[index]
+        shard = self._shards.get(index)
+        if shard is None:
+            while len(self._shards) >= self.max_open:
+                self._shards.popitem(last=False)  # its memory maps close with it
+            shard = self._shards[index] = _Shard(self.path / self.shard_names[index])
+        else:
+            self._shards.move_to_end(index)
+        return shard
+
+    def verify(self) -> None:
+        """Every shard's files exist and have the sizes `meta.json` implies (the .npy header's
+        own length plus the data), each file opened for its first bytes and closed at once
+        (thousands of shards, no descriptor held); a missing or truncated file is a
+        BertkitError that names it."""
+        dtype = np.dtype(self.meta.get("token_dtype")
+                         or token_dtype(int(self.meta["tokenizer"]["vocab_size"])))
+        for entry in self.meta["shards"]:
+            directory = self.path / entry["name"]
+            expected = _expected_sizes(entry, dtype)
+            for name in ARRAY_NAMES:
+                file = directory / f"{name}.npy"
+                try:
+                    size, header = file.stat().st_size, _npy_header_size(file)
+                except FileNotFoundError:
+                    raise BertkitError(f"{file}: missing; the dataset is incomplete (re-create "
+                                       "it with `bertkit prepare`)") from None
+                except OSError as err:
+                    if err.errno in (errno.EMFILE, errno.ENFILE):
+                        raise too_many_open_files(err, file) from err
+                    raise BertkitError(f"{file}: unreadable ({err})") from err
+                data = expected.get(name)
+                if header is None or (data is not None and size != header + data):
+                    raise BertkitError(f"{file}: {size} bytes, but meta.json implies {data} bytes "
+                                       f"of data after a {header}-byte header: the file is "
+                                       "truncated or damaged (re-create it with `bertkit "
+                                       "prepare`)")
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
         n = len(self)

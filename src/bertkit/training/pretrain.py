@@ -123,17 +123,21 @@ def open_shards(path: str | os.PathLike, tokenizer, config: BertConfig) -> Shard
 
 
 def _check_readable(dataset: ShardDataset) -> None:
-    """Touch each shard's first and last instance, so that damage shows now, with its name."""
+    """Every shard's files against meta.json (by size, opening none), then the first and last
+    instance of the first and last shards, so that damage shows now, with its name."""
+    dataset.verify()
     bounds = dataset.cumulative
-    for s, name in enumerate(dataset.shard_names):
+    for s in sorted({0, len(dataset.shard_names) - 1}):
         try:
             for i in {int(bounds[s]), int(bounds[s + 1]) - 1}:
                 item = dataset[i]
                 if len(item["input_ids"]) == 0 or item["input_ids"].max() >= _vocab(dataset):
                     raise ValueError(f"instance {i} has no tokens or out-of-vocabulary ids")
+        except BertkitError:
+            raise  # already says what it is (too many open files, ...)
         except (ValueError, OSError, IndexError, EOFError) as err:
-            raise BertkitError(f"{dataset.path / name}: corrupted shard ({err}); "
-                               "re-run `bertkit prepare`") from err
+            raise BertkitError(f"{dataset.path / dataset.shard_names[s]}: corrupted shard "
+                               f"({err}); re-run `bertkit prepare`") from err
 
 
 def _vocab(dataset: ShardDataset) -> int:
