@@ -383,6 +383,13 @@ def cpu_branches(device: torch.device) -> bool:
     return device.type == "cpu" and not device_generic()
 
 
+def host_readable(t: torch.Tensor) -> bool:
+    """Whether reading `t`'s values on the host is free: a CPU tensor on the CPU's branches,
+    outside export. On a device (or under `BERTKIT_DEVICE_GENERIC`, which stands for one) a
+    read waits for everything queued: the forward pass reads nothing back there."""
+    return cpu_branches(t.device) and not _exporting()
+
+
 def _exporting() -> bool:
     """Compiling or exporting: no value may be read back (a graph break, or a constant baked
     into the exported graph), so the mask is always applied and inputs are not inspected."""
@@ -393,8 +400,9 @@ def attention_bool_mask(attention_mask, T: int, causal: bool, device) -> torch.T
     """Boolean mask broadcastable to (B, N, T, T), True = may attend; None when nothing is hidden
     (lets SDPA pick its fastest kernel)."""
     mask = None
-    # Checking for "no padding" reads a value back (see _exporting): there, keep the mask.
-    if attention_mask is not None and (_exporting() or not bool(attention_mask.all())):
+    # Checking for "no padding" reads a value back: on a device (and in export) keep the mask.
+    if attention_mask is not None and (not host_readable(attention_mask)
+                                       or not bool(attention_mask.all())):
         mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T): keys that are real
     if causal:
         tri = torch.ones(T, T, dtype=torch.bool, device=device).tril()  # (T, T): key <= query
@@ -404,7 +412,9 @@ def attention_bool_mask(attention_mask, T: int, causal: bool, device) -> torch.T
 
 def check_inputs(config: BertConfig, input_ids, token_type_ids, attention_mask, position_ids):
     """Bad ids make embedding lookups fail deep inside (or silently on some devices): say so here.
-    Skipped inside torch.compile and export, where values cannot be read back."""
+    Shapes always; values only where reading them is free (`host_readable`): on a GPU it would
+    stall every step, and there the ids come from the tokenizer or from shards checked against
+    the vocabulary. Skipped inside torch.compile and export, where values cannot be read back."""
     if _exporting():
         return
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
@@ -416,16 +426,18 @@ def check_inputs(config: BertConfig, input_ids, token_type_ids, attention_mask, 
     if T > config.max_position_embeddings:
         raise ValueError(f"sequence length {T} exceeds max_position_embeddings "
                          f"{config.max_position_embeddings}")
-    check_range("input_ids", input_ids, config.vocab_size)
+    if host_readable(input_ids):
+        check_range("input_ids", input_ids, config.vocab_size)
     for name, t in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
         if t is not None and t.shape != input_ids.shape:
             raise ValueError(f"{name} shape {tuple(t.shape)} != input_ids shape {(B, T)}")
-    if token_type_ids is not None:
+    if token_type_ids is not None and host_readable(token_type_ids):
         check_range("token_type_ids", token_type_ids, config.type_vocab_size)
     if position_ids is not None:
         if position_ids.dim() != 2 or position_ids.shape[-1] != T:
             raise ValueError(f"position_ids shape {tuple(position_ids.shape)} does not fit {(B, T)}")
-        check_range("position_ids", position_ids, config.max_position_embeddings)
+        if host_readable(position_ids):
+            check_range("position_ids", position_ids, config.max_position_embeddings)
 
 
 def check_range(name: str, t: torch.Tensor, size: int) -> None:

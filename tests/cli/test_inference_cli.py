@@ -34,11 +34,12 @@ def test_embed_txt_to_npy_and_jsonl(model_dir, tmp_path, caplog):
     src = tmp_path / "texts.txt"
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "v.npy"
-    args = ["embed", str(model_dir), "--input", str(src), "--output", str(out), "--no-progress"]
+    args = ["embed", str(model_dir), "--precision", "fp32", "--input", str(src), "--output",
+            str(out), "--no-progress"]
     assert main(args + ["--pooling", "mean", "--normalize"]) == 0
     vectors = np.load(out)
     assert vectors.shape == (4, 128) and vectors.dtype == np.float32
-    want = Encoder(model_dir).encode(lines, pooling="mean", normalize=True)
+    want = Encoder(model_dir, precision="fp32").encode(lines, pooling="mean", normalize=True)
     np.testing.assert_allclose(vectors, want, atol=1e-6)
     assert "4 texts" in caplog.text and "1 truncated at 32 tokens" in caplog.text
     out_jsonl = tmp_path / "v.jsonl"

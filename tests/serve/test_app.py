@@ -71,12 +71,14 @@ def test_tokenize(client, models):
 
 def test_embed_matches_the_encoder(client, models, minilm_path):
     texts = ["A man plays the guitar.", "Stocks fell.", "hello"]
-    r = ok(client.post("/embed", json={"texts": texts, "normalize": True}))
-    expected = Encoder(minilm_path).encode(texts, normalize=True)  # MiniLM: mean pooling
+    # fp32 on both sides: "auto" is bf16 on CPUs with native bf16
+    r = ok(client.post("/embed", json={"texts": texts, "normalize": True, "precision": "fp32"}))
+    expected = Encoder(minilm_path, precision="fp32").encode(texts, normalize=True)  # mean pooling
     got = np.array(r["embeddings"], dtype=np.float32)
     assert r["dim"] == 384 and got.shape == (3, 384)
     np.testing.assert_allclose(got, expected, atol=1e-5)
-    cls = np.array(ok(client.post("/embed", json={"texts": texts, "pooling": "cls"}))["embeddings"])
+    cls = np.array(ok(client.post("/embed", json={"texts": texts, "pooling": "cls",
+                                                  "precision": "fp32"}))["embeddings"])
     assert not np.allclose(cls, got, atol=1e-2)
     bf16 = np.array(ok(client.post("/embed", json={"texts": texts, "normalize": True,
                                                    "precision": "bf16"}))["embeddings"])
@@ -231,7 +233,8 @@ def run_concurrently(app, requests: list[tuple[str, dict]]) -> list[httpx.Respon
 def test_concurrent_requests_share_a_forward_pass(models):
     app = create_app(models, batching=BatchSettings(max_batch=64, max_wait_ms=50))
     texts = [f"sentence number {i} about {w}" for i, w in enumerate("cats dogs rain sun" * 3)]
-    responses, stats = run_concurrently(app, [("/embed", {"texts": [t]}) for t in texts])
+    responses, stats = run_concurrently(app, [("/embed", {"texts": [t], "precision": "fp32"})
+                                              for t in texts])
     got = np.array([r.json()["embeddings"][0] for r in responses])
     np.testing.assert_allclose(got, models[MINILM].encoder().encode(texts), atol=1e-4)
     assert stats.jobs == len(texts) and stats.batches < len(texts) and stats.largest > 1

@@ -13,10 +13,12 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
@@ -275,6 +277,55 @@ def test_compiled_training_gives_the_eager_losses(tmp_path):
                      config(tmp_path / "compiled", compile=True, **kw))
     assert compiled.losses == pytest.approx(eager.losses, rel=1e-4)
     assert eager.losses[0] != eager.losses[-1]  # it trained: the comparison is not of constants
+
+
+# Tensor methods that copy a value to the host: on a GPU each waits for everything queued.
+HOST_READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "cpu", "numpy")
+
+
+class HostReads(TorchFunctionMode):
+    """Records each host read of a tensor, with the number of steps begun when it happened;
+    reads inside the DataLoader are left out (the data order and the collate work on host
+    tensors by design, in worker processes on a GPU machine)."""
+
+    def __init__(self, steps: list):
+        super().__init__()
+        self.steps, self.reads = steps, []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in HOST_READS and not _in_data_loader():
+            self.reads.append((len(self.steps), func.__name__))
+        return func(*args, **(kwargs or {}))
+
+
+def _in_data_loader() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if f"torch{os.sep}utils{os.sep}data" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_no_host_sync_inside_a_step_between_sync_points(tmp_path, monkeypatch):
+    """On the branches a GPU takes (BERTKIT_DEVICE_GENERIC), steps 1-3 and 5-7 of a run that
+    logs every 4 steps read nothing back from a tensor, from the forward pass to the optimizer;
+    steps 4 and 8 read their statistics once (one all-reduce, one read)."""
+    from bertkit.switches import DEVICE_GENERIC
+    from bertkit.training import loop
+
+    monkeypatch.setenv(DEVICE_GENERIC, "1")
+    steps: list = []
+    step = loop._train_step
+    monkeypatch.setattr(loop, "_train_step", lambda *a: steps.append(1) or step(*a))
+    reads = HostReads(steps)
+    with reads:
+        result = train(make_model(), make_data(), collate,
+                       config(tmp_path, max_steps=8, log_every=4, save_every=0))
+    assert len(result.losses) == 8
+    per_step = Counter(s for s, _ in reads.reads)
+    assert all(per_step[s] == 0 for s in (1, 2, 3, 5, 6, 7)), reads.reads
+    assert per_step[4] == 1 and reads.reads.count((4, "tolist")) == 1  # the sync point's read
 
 
 def _child(mode: str, out: str, *rest: str) -> None:

@@ -15,13 +15,13 @@ for any number of processes, and the data position is one integer (`examples_see
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import random
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from bertkit.training.runtime import (
     truncate_metrics,
 )
 from bertkit.training.state import latest_checkpoint, list_checkpoints, save_training_state
+from bertkit.training.stats import Pending, StepStats, Window
 from bertkit.training.stream import (
     DataOrder,
     StepPlan,
@@ -149,21 +150,22 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
                             config.max_steps - run.step, workers,
                             pin_memory=run.device.type == "cuda")
     losses: list[float] = []
-    window = _Window()
+    pending, window = Pending(), Window()
     bar = progress_bar(total=config.max_steps, initial=run.step, desc="train", unit="step",
                disable=not (config.progress and run.main), dynamic_ncols=True)
     last_metrics: dict[str, float] = {}
     with signal_guard() as stop:
         while run.step < config.max_steps:
-            stats = _train_step(run, take(micro_batches, run.accum), step_metrics, stop)
-            losses.append(stats["loss"])
-            window.add(stats)
+            pending.add(_train_step(run, take(micro_batches, run.accum), step_metrics))
             bar.update(1)
-            bar.set_postfix(loss=f"{stats['loss']:.4f}", lr=f"{stats['lr']:.2e}",
+            if not _sync_due(run, config, stop):
+                continue
+            stopping = _sync(run, pending, window, losses, stop)
+            bar.set_postfix(loss=f"{losses[-1]:.4f}", lr=f"{window.sums['lr']:.2e}",
                             tok_s=f"{window.tokens_per_s():.0f}", refresh=False)
             record = _maybe_log_and_eval(run, window, evaluate, config)
             last_metrics.update(record)
-            if stats["stop"]:
+            if stopping:
                 path = _save(run, config, last_metrics)
                 bar.close()
                 raise TrainingInterrupted(f"interrupted at step {run.step}; saved {path}")
@@ -277,17 +279,14 @@ def _count_tokens(batch: dict[str, Any]) -> Any:
     return ids.numel() if torch.is_tensor(ids) else 0
 
 
-def _train_step(run: Run, micro_batches: list[dict[str, Any]], step_metrics,
-                stop: StopFlag) -> dict[str, Any]:
-    """One optimizer step over this rank's `accum` micro-batches (collated by the loader);
-    returns all-rank averaged statistics."""
+def _train_step(run: Run, micro_batches: list[dict[str, Any]], step_metrics) -> StepStats:
+    """One optimizer step over this rank's `accum` micro-batches (collated by the loader). Its
+    statistics stay on the device (`stats.Pending`): no host sync inside a step."""
     cfg = run.config
     lr = lr_at(run.step, peak_lr=cfg.lr, warmup_steps=run.warmup, max_steps=cfg.max_steps,
                schedule=cfg.schedule)
     for group in run.optimizer.param_groups:
         group["lr"] = lr
-    # Sums stay on the device (tensors) until the one all-reduce per step: no host sync per
-    # micro-batch, so the GPU queue stays full.
     sums: dict[str, Any] = {"loss": 0.0}
     tokens = 0
     for k, batch in enumerate(micro_batches):
@@ -300,23 +299,45 @@ def _train_step(run: Run, micro_batches: list[dict[str, Any]], step_metrics,
                 value = value.detach().float() if torch.is_tensor(value) else float(value)
                 sums[name] = sums.get(name, 0.0) + value
     grad_norm = _clip(run)
-    stats = _reduce(run, sums, tokens, stop.is_set())
-    if not math.isfinite(stats["loss"]):
-        last = latest_checkpoint(cfg.output_dir)
-        raise BertkitError(f"non-finite loss ({stats['loss']}) at step {run.step + 1}; stopping. "
-                           f"Last good checkpoint: {last or 'none'} (try a lower --lr, "
-                           "--precision fp32/bf16, or more warmup)")
     _optimizer_step(run)
     run.step += 1
     run.examples_seen += cfg.batch_size
-    run.tokens_seen += stats["tokens"]
-    return {**stats, "lr": lr, "grad_norm": grad_norm}
+    return StepStats(sums, grad_norm, tokens, lr)
+
+
+def _sync_due(run: Run, config: TrainConfig, stop: StopFlag) -> bool:
+    """Whether this step ends at a sync point: a log line, an evaluation, a save, the last
+    step, or (one process) a stop signal. Several processes agree on a stop at the next of the
+    others (the flag travels in the sync's all-reduce), at most `log_every` steps later."""
+    step = run.step
+    return (step % config.log_every == 0 or step == config.max_steps
+            or bool(config.save_every and step % config.save_every == 0)
+            or bool(config.eval_every and step % config.eval_every == 0)
+            or (run.world == 1 and stop.is_set()))
+
+
+def _sync(run: Run, pending: Pending, window: Window, losses: list[float],
+          stop: StopFlag) -> bool:
+    """Bring the pending steps to the host (one all-reduce, one read), stop on a non-finite loss,
+    and say whether any process asked to stop."""
+    first = run.step - len(pending.steps) + 1
+    synced, stopping = pending.sync(run.device, run.accum, run.world, stop.is_set())
+    for i, stats in enumerate(synced):
+        if not math.isfinite(stats["loss"]):
+            last = latest_checkpoint(run.config.output_dir)
+            raise BertkitError(f"non-finite loss ({stats['loss']}) at step {first + i}; stopping. "
+                               f"Last good checkpoint: {last or 'none'} (try a lower --lr, "
+                               "--precision fp32/bf16, or more warmup)")
+        losses.append(stats["loss"])
+        run.tokens_seen += stats["tokens"]
+        window.add(stats)
+    return stopping
 
 
 def _forward_backward(run: Run, batch: dict[str, Any], last: bool) -> Any:
     """Autocast forward, loss / accumulation, backward; DDP syncs only on the last micro-batch."""
     sync = run.world == 1 or last or not hasattr(run.forward, "no_sync")
-    context = run.forward.no_sync() if not sync else _null()
+    context = run.forward.no_sync() if not sync else contextlib.nullcontext()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(run.precision)
     with context:
         with torch.autocast(run.device.type, dtype=dtype, enabled=dtype is not None):
@@ -329,35 +350,13 @@ def _forward_backward(run: Run, batch: dict[str, Any], last: bool) -> Any:
     return out
 
 
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def _clip(run: Run) -> float:
+def _clip(run: Run) -> torch.Tensor:
+    """Unscale (fp16), clip, and return the norm before clipping, as a device tensor."""
     if run.scaler is not None:
         run.scaler.unscale_(run.optimizer)
     max_norm = run.config.max_grad_norm if run.config.max_grad_norm > 0 else float("inf")
     params = [p for p in run.model.parameters() if p.grad is not None]
-    return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-
-
-def _reduce(run: Run, sums: dict[str, Any], tokens: Any, stop: bool) -> dict[str, Any]:
-    """Average the per-micro-batch sums over micro-batches and ranks; agree on stopping."""
-    names = sorted(sums)
-    values = [torch.as_tensor(sums[k], dtype=torch.float64, device=run.device) for k in names]
-    values += [torch.as_tensor(tokens, dtype=torch.float64, device=run.device),
-               torch.tensor(float(stop), dtype=torch.float64, device=run.device)]
-    t = dist_utils.all_reduce_sum(torch.stack(values))
-    t = t.cpu().tolist()
-    count = run.accum * run.world
-    stats: dict[str, Any] = {k: t[i] / count for i, k in enumerate(names)}
-    stats["tokens"] = int(t[-2])
-    stats["stop"] = t[-1] > 0
-    return stats
+    return torch.nn.utils.clip_grad_norm_(params, max_norm)
 
 
 def _optimizer_step(run: Run) -> None:
@@ -369,35 +368,7 @@ def _optimizer_step(run: Run) -> None:
     run.optimizer.zero_grad(set_to_none=True)
 
 
-@dataclass
-class _Window:
-    """Running sums between two log lines."""
-
-    sums: dict[str, float] = field(default_factory=dict)
-    steps: int = 0
-    tokens: int = 0
-    started: float = field(default_factory=time.perf_counter)
-
-    def add(self, stats: dict[str, Any]) -> None:
-        for k, v in stats.items():
-            if k not in ("tokens", "stop", "lr"):
-                self.sums[k] = self.sums.get(k, 0.0) + float(v)
-        self.sums["lr"] = stats["lr"]
-        self.steps += 1
-        self.tokens += stats["tokens"]
-
-    def tokens_per_s(self) -> float:
-        return self.tokens / max(time.perf_counter() - self.started, 1e-9)
-
-    def flush(self) -> dict[str, float]:
-        out = {k: (v if k == "lr" else v / self.steps) for k, v in self.sums.items()}
-        out["tokens_per_s"] = self.tokens_per_s()
-        self.sums, self.steps, self.tokens = {}, 0, 0
-        self.started = time.perf_counter()
-        return out
-
-
-def _maybe_log_and_eval(run: Run, window: _Window, evaluate, config: TrainConfig) -> dict:
+def _maybe_log_and_eval(run: Run, window: Window, evaluate, config: TrainConfig) -> dict:
     record: dict[str, Any] = {}
     if run.step % config.log_every == 0 or run.step == config.max_steps:
         record.update(window.flush())
