@@ -177,7 +177,7 @@ def test_cuda_rng_states_of_more_gpus_than_here_restore_as_far_as_they_go(caplog
     ["embed", "m", "--input", "t.txt", "--output", "v.npy"],
     ["features", "m", "--input", "t.txt", "--output", "f.jsonl"],
     ["serve", "m"],
-    ["prepare", "a.txt", "--tokenizer", "t", "--output", "o"],
+    ["vocab", "train", "a.txt", "--output", "o"],
 ])
 def test_commands_that_are_not_distributed_refuse_torchrun_in_one_line(argv, monkeypatch,
                                                                        capsys, tmp_path):

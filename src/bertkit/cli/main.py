@@ -66,9 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# The commands that run as several processes under torchrun; every other one refuses there
-# (two copies would do the same work and write into the same files).
-DISTRIBUTED_COMMANDS = ("pretrain",)
+# The commands that run as several processes under torchrun (prepare with --part: one part
+# each); every other one refuses there (copies would do the same work into the same files).
+DISTRIBUTED_COMMANDS = ("pretrain", "prepare")
 
 
 def refuse_under_torchrun(command: str, environ: Mapping[str, str]) -> str | None:
@@ -78,7 +78,8 @@ def refuse_under_torchrun(command: str, environ: Mapping[str, str]) -> str | Non
         return None
     return (f"`bertkit {command}` runs as one process; launched by torchrun as {world} "
             f"processes it would do the same work {world} times into the same files. Run it "
-            "without torchrun (only `bertkit pretrain` is distributed).")
+            "without torchrun (only `bertkit pretrain` and `bertkit prepare --part auto` are "
+            "distributed).")
 
 
 def main(argv: list[str] | None = None) -> int:

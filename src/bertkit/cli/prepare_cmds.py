@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from bertkit.data.chunks import ChunkConfig, default_max_predictions
 from bertkit.data.corpus import FORMATS
 from bertkit.data.instances import OBJECTIVES, InstanceConfig
+from bertkit.data.parts import merge_parts, parse_part, prepare_part
 from bertkit.data.prepare import PrepareConfig, prepare
+from bertkit.errors import BertkitError
 from bertkit.tokenization import BertTokenizer
 
 
@@ -43,10 +46,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="characters per unit of work; random next sentences come from its "
                    "documents")
     p.add_argument("--workers", type=int, default=1, help="worker processes")
+    p.add_argument("--part", metavar="I/N",
+                   help="prepare part I of N (0-based) into --output, for N machines or array "
+                   "tasks; `auto` takes it from a Slurm job array (SLURM_ARRAY_TASK_ID/COUNT) or "
+                   "torchrun (RANK/WORLD_SIZE). Join the parts with `bertkit merge-shards`: the "
+                   "result is byte-identical to one run without --part")
     p.add_argument("--resume", action="store_true", help="continue a killed run")
     p.add_argument("--overwrite", action="store_true", help="replace existing prepared data")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_prepare)
+
+    m = subparsers.add_parser(
+        "merge-shards",
+        help="join the parts of `prepare --part I/N` into one prepared folder",
+        description="Join the folders written by `bertkit prepare --part I/N` (all N of them, any "
+        "order) into one folder of shards: exactly what one `bertkit prepare` of the same inputs "
+        "and seed writes.",
+    )
+    m.add_argument("parts", nargs="+", metavar="PART_DIR", help="the part folders")
+    m.add_argument("--output", required=True, metavar="DIR", help="output directory")
+    m.add_argument("--overwrite", action="store_true", help="replace existing prepared data")
+    m.add_argument("--no-progress", action="store_true", help="no progress bar")
+    m.set_defaults(func=run_merge)
 
 
 def config_from_args(args: argparse.Namespace) -> PrepareConfig:
@@ -63,7 +84,27 @@ def config_from_args(args: argparse.Namespace) -> PrepareConfig:
 
 def run_prepare(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    world = os.environ.get("WORLD_SIZE", "1")
+    if args.part is None and world.isdigit() and int(world) > 1:
+        raise BertkitError(f"`bertkit prepare` under torchrun ({world} processes) needs --part "
+                           "auto (each process prepares one part); without it every process "
+                           "would write the same folder")
     tokenizer = BertTokenizer.from_pretrained(args.tokenizer)
+    if args.part is not None:
+        part, parts = parse_part(args.part, os.environ)
+        prepare_part(args.files, tokenizer, args.output, config, part, parts,
+                     workers=args.workers, resume=args.resume, overwrite=args.overwrite,
+                     progress=not args.no_progress)
+        print(f"part {part}/{parts} written to {args.output}; when all {parts} are done: bertkit "
+              f"merge-shards PART_DIR... --output DIR")
+        return 0
     prepare(args.files, tokenizer, args.output, config, workers=args.workers,
             resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress)
+    return 0
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    meta = merge_parts(args.parts, args.output, overwrite=args.overwrite,
+                       progress=not args.no_progress)
+    print(f"{meta['num_instances']} instances in {len(meta['shards'])} shard(s) in {args.output}")
     return 0

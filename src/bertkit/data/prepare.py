@@ -77,7 +77,7 @@ def _work(index: int, documents) -> tuple[int, PackedInstances, ChunkStats]:
     return (index, *process_chunk(index, documents, w["tokenizer"], w["vocab"], w["config"]))
 
 
-def _run_chunks(
+def run_chunks(
     chunks: Iterator[tuple[int, list]], tokenizer, vocab: VocabInfo, config: ChunkConfig,
     workers: int,
 ) -> Iterator[tuple[int, PackedInstances, ChunkStats]]:
@@ -100,7 +100,7 @@ def _run_chunks(
         pool.join()
 
 
-class _ShardWriter:
+class ShardWriter:
     """Cuts the ordered stream of chunk results into fixed-size shards and records, after each
     shard, the resume cursor: the (chunk, offset) of the first instance not yet written and the
     statistics of the chunks before that one."""
@@ -179,7 +179,7 @@ def _is_ours(entry: Path) -> bool:
     return name == shard_io.META_NAME or name.startswith(("shard-", ".shard-", ".meta.json."))
 
 
-def _fresh_meta(paths: Sequence[str | os.PathLike], tokenizer, config: PrepareConfig) -> dict:
+def fresh_meta(paths: Sequence[str | os.PathLike], tokenizer, config: PrepareConfig) -> dict:
     return {
         "format": shard_io.FORMAT_NAME,
         "version": shard_io.FORMAT_VERSION,
@@ -200,7 +200,7 @@ def _fresh_meta(paths: Sequence[str | os.PathLike], tokenizer, config: PrepareCo
     }
 
 
-def _open_output(out: Path, fresh: dict, resume: bool, overwrite: bool) -> dict:
+def open_output(out: Path, fresh: dict, resume: bool, overwrite: bool) -> dict:
     """The meta to continue from: the existing one (--resume) or `fresh`; removes partial shards
     (a temporary directory, or a shard renamed into place but not yet recorded)."""
     if out.exists() and not out.is_dir():
@@ -243,7 +243,7 @@ def prepare(
     out = Path(output_dir)
     if workers < 1:
         raise BertkitError(f"--workers must be at least 1, got {workers}")
-    meta = _open_output(out, _fresh_meta(paths, tokenizer, config), resume, overwrite)
+    meta = open_output(out, fresh_meta(paths, tokenizer, config), resume, overwrite)
     if meta["complete"]:
         logger.info("%s: already complete (%d instances)", out, meta["num_instances"])
         return meta
@@ -253,11 +253,11 @@ def prepare(
     documents = read_corpus(list(paths), config.format, corpus_stats)
     chunks = ((i, c) for i, c in enumerate(chunk_documents(documents, config.chunk_chars))
               if i >= start)
-    writer = _ShardWriter(out, meta, config.shard_size)
+    writer = ShardWriter(out, meta, config.shard_size)
     vocab = VocabInfo.from_tokenizer(tokenizer, mask_unk=config.chunk.mask_unk)
     t0 = time.perf_counter()
     with progress_bar(unit=" docs", disable=not progress, mininterval=1.0, desc="prepare") as bar:
-        for index, packed, stats in _run_chunks(chunks, tokenizer, vocab, config.chunk, workers):
+        for index, packed, stats in run_chunks(chunks, tokenizer, vocab, config.chunk, workers):
             writer.add(index, packed, stats, skip if index == start else 0)
             bar.update(stats.documents)
             rate = writer.running.corpus_tokens / max(time.perf_counter() - t0, 1e-9)
@@ -268,10 +268,10 @@ def prepare(
             f"no instances from {len(paths)} file(s): {corpus_stats.documents} document(s), "
             f"{writer.running.sentences} sentence(s); the corpus is empty or too small"
         )
-    return _complete(out, meta, corpus_stats, writer.running, time.perf_counter() - t0)
+    return complete(out, meta, corpus_stats, writer.running, time.perf_counter() - t0)
 
 
-def _complete(out: Path, meta: dict, corpus: CorpusStats, stats: ChunkStats, seconds: float):
+def complete(out: Path, meta: dict, corpus: CorpusStats, stats: ChunkStats, seconds: float):
     meta.pop("resume", None)
     meta["complete"] = True
     meta["num_instances"] = sum(s["instances"] for s in meta["shards"])

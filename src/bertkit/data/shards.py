@@ -134,15 +134,24 @@ def remove_tree(path: Path) -> None:
     path.rmdir()
 
 
-def read_meta(path: str | os.PathLike) -> dict[str, Any]:
-    """The `meta.json` of a prepared directory, checked to be ours and finished."""
+def read_meta_any(path: str | os.PathLike) -> dict[str, Any]:
+    """The `meta.json` of a directory made by `bertkit prepare` (shards or a part of them)."""
     meta_path = Path(path) / META_NAME
     if not meta_path.is_file():
         raise BertkitError(f"{path}: no {META_NAME}; not a directory made by `bertkit prepare`")
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        return json.loads(meta_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BertkitError(f"{meta_path}: not valid JSON ({err})") from err
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The `meta.json` of a prepared directory of shards, checked to be ours."""
+    meta = read_meta_any(path)
+    meta_path = Path(path) / META_NAME
+    if meta.get("format") == "bertkit-prepare-part":
+        raise BertkitError(f"{path}: one part of a preparation (`prepare --part`); join the "
+                           "parts with `bertkit merge-shards PART... --output DIR` first")
     if meta.get("format") != FORMAT_NAME or meta.get("version") != FORMAT_VERSION:
         raise BertkitError(f"{meta_path}: expected {FORMAT_NAME} version {FORMAT_VERSION}")
     return meta

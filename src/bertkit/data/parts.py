@@ -1,0 +1,218 @@
+"""One corpus prepared on several machines: `prepare_part` (part I of N) and `merge_parts`.
+
+`bertkit prepare` numbers the corpus's chunks in reading order and processes chunk i as a pure
+function of (i, its documents, the seed); the shards are the chunks' instances in chunk order,
+cut every `shard_size`. Part I of N reads the whole corpus (reading and chunking are cheap),
+but processes only the chunks with i mod N == I (sentence splitting, tokenization and masking,
+the expensive part), and writes each chunk's instances as one piece, `chunk-<i>/`, with the
+shard layout. `merge_parts` feeds the pieces of all parts, in chunk order, through the same
+shard writer as `bertkit prepare`: the merged folder holds exactly the shards one run of the same
+inputs and seed writes, byte for byte. A killed part resumes at its first missing piece.
+
+The launcher is the engine: a Slurm job array, torchrun, or a shell loop over hosts each run one
+part (`--part I/N` or `--part auto`); the parts meet on a shared file system or are copied
+together before `bertkit merge-shards`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertkit.data import shards as shard_io
+from bertkit.data.chunks import ChunkStats, chunk_documents
+from bertkit.data.corpus import CorpusStats, read_corpus
+from bertkit.data.masking import VocabInfo
+from bertkit.data.prepare import (
+    PrepareConfig,
+    ShardWriter,
+    complete,
+    fresh_meta,
+    open_output,
+    run_chunks,
+    write_meta,
+)
+from bertkit.data.shards import ARRAY_NAMES, PackedInstances
+from bertkit.errors import BertkitError
+from bertkit.io import progress_bar
+
+logger = logging.getLogger(__name__)
+
+PART_FORMAT = "bertkit-prepare-part"
+PART_VERSION = 1
+_SAME = ("inputs", "params", "tokenizer", "token_dtype")  # what every part must share
+
+
+def piece_name(chunk: int) -> str:
+    return f"chunk-{chunk:08d}"
+
+
+def parse_part(text: str, environ: Mapping[str, str]) -> tuple[int, int]:
+    """(I, N) from "I/N", or from the launcher's environment for "auto": a Slurm job array
+    (SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN of SLURM_ARRAY_TASK_COUNT), else torchrun's
+    RANK of WORLD_SIZE."""
+    if text == "auto":
+        if "SLURM_ARRAY_TASK_ID" in environ and "SLURM_ARRAY_TASK_COUNT" in environ:
+            first = int(environ.get("SLURM_ARRAY_TASK_MIN", "0"))
+            index = int(environ["SLURM_ARRAY_TASK_ID"]) - first
+            count = int(environ["SLURM_ARRAY_TASK_COUNT"])
+        elif "RANK" in environ and "WORLD_SIZE" in environ:
+            index, count = int(environ["RANK"]), int(environ["WORLD_SIZE"])
+        else:
+            raise BertkitError("--part auto: no SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or "
+                               "RANK/WORLD_SIZE in the environment; give --part I/N")
+    else:
+        index_text, _, count_text = text.partition("/")
+        if not (index_text.isdigit() and count_text.isdigit()):
+            raise BertkitError(f"--part {text!r}: expected I/N (e.g. 0/4) or auto")
+        index, count = int(index_text), int(count_text)
+    if count < 1 or not 0 <= index < count:
+        raise BertkitError(f"--part: part {index} of {count} does not exist (0 <= I < N)")
+    return index, count
+
+
+def prepare_part(paths: Sequence[str | os.PathLike], tokenizer, part_dir: str | os.PathLike,
+                 config: PrepareConfig, part: int, parts: int, workers: int = 1,
+                 resume: bool = False, overwrite: bool = False,
+                 progress: bool = True) -> dict[str, Any]:
+    """Prepare part `part` of `parts` of the corpus into `part_dir` (see the module docstring);
+    returns the part's meta.json content."""
+    out = Path(part_dir)
+    if not 0 <= part < parts:
+        raise BertkitError(f"part {part} of {parts} does not exist")
+    fresh = {**fresh_meta(paths, tokenizer, config), "format": PART_FORMAT,
+             "version": PART_VERSION, "part": part, "parts": parts, "chunks": {}}
+    meta = _open_part(out, fresh, resume, overwrite)
+    if meta["complete"]:
+        logger.info("%s: part %d/%d already complete", out, part, parts)
+        return meta
+    done = {int(k) for k in meta["chunks"]}
+    corpus_stats = CorpusStats()
+    numbered = enumerate(chunk_documents(read_corpus(list(paths), config.format, corpus_stats),
+                                         config.chunk_chars))
+    total = [0]
+
+    def mine():
+        for index, docs in numbered:
+            total[0] = index + 1
+            if index % parts == part and index not in done:
+                yield index, docs
+
+    vocab = VocabInfo.from_tokenizer(tokenizer, mask_unk=config.chunk.mask_unk)
+    with progress_bar(unit=" docs", disable=not progress, mininterval=1.0,
+                      desc=f"prepare part {part}/{parts}") as bar:
+        for index, packed, stats in run_chunks(mine(), tokenizer, vocab, config.chunk, workers):
+            shard_io.write_shard(out / piece_name(index), packed)
+            meta["chunks"][str(index)] = dataclasses.asdict(stats)
+            write_meta(out, meta)  # after the piece: a piece not in meta.json is redone
+            bar.update(stats.documents)
+    meta.update(complete=True, num_chunks=total[0], corpus=dataclasses.asdict(corpus_stats))
+    write_meta(out, meta)
+    logger.info("%s: part %d/%d complete: %d of %d chunks", out, part, parts,
+                len(meta["chunks"]), total[0])
+    return meta
+
+
+def _open_part(out: Path, fresh: dict[str, Any], resume: bool, overwrite: bool) -> dict:
+    """The part's meta to continue from (--resume) or `fresh`; partial pieces removed."""
+    if out.exists() and not out.is_dir():
+        raise BertkitError(f"{out}: exists and is not a folder; choose a new --output folder")
+    entries = list(out.iterdir()) if out.is_dir() else []
+    ours = [e for e in entries if e.name == shard_io.META_NAME or e.name.startswith(
+        ("chunk-", ".chunk-", ".meta.json."))]
+    if len(ours) != len(entries):
+        raise BertkitError(f"{out}: exists and holds other files; choose an empty --output")
+    meta = fresh
+    if (out / shard_io.META_NAME).exists():
+        old = shard_io.read_meta_any(out)
+        same = all(old.get(k) == fresh[k] for k in (*_SAME, "part", "parts", "format"))
+        if resume and not same:
+            raise BertkitError(f"{out}: holds another part or other inputs, parameters or "
+                               "tokenizer; use a new --output (or --overwrite)")
+        if not resume and not overwrite:
+            raise BertkitError(f"{out}: already holds a prepared part; pass --resume to finish "
+                               "it or --overwrite to replace it")
+        meta = old if resume else fresh
+    keep = {piece_name(int(k)) for k in meta["chunks"]} | {shard_io.META_NAME}
+    for entry in ours:
+        if entry.name not in keep or meta is fresh:
+            shard_io.remove_tree(entry) if entry.is_dir() else entry.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    return meta
+
+
+def _read_piece(directory: Path) -> PackedInstances:
+    try:
+        return PackedInstances(*(np.load(directory / f"{name}.npy", allow_pickle=False)
+                                 for name in ARRAY_NAMES))
+    except (OSError, ValueError) as err:
+        raise BertkitError(f"{directory}: unreadable piece ({err}); re-run its part with "
+                           "--resume after deleting it") from err
+
+
+def check_parts(part_dirs: Sequence[str | os.PathLike]) -> list[dict[str, Any]]:
+    """The parts' metas, ordered by part, checked to be one complete set of one preparation."""
+    metas = []
+    for d in part_dirs:
+        meta = shard_io.read_meta_any(d)
+        if meta.get("format") != PART_FORMAT:
+            raise BertkitError(f"{d}: not a part (made by `bertkit prepare --part I/N`)")
+        if not meta.get("complete"):
+            raise BertkitError(f"{d}: part {meta['part']}/{meta['parts']} did not finish; run it "
+                               "again with --resume")
+        metas.append({**meta, "dir": Path(d)})
+    metas.sort(key=lambda m: m["part"])
+    first = metas[0]
+    for m in metas[1:]:
+        for key in _SAME:
+            if m[key] != first[key]:
+                raise BertkitError(f"{m['dir']}: prepared with other {key} than {first['dir']}; "
+                                   "the parts are not of one preparation")
+    count = first["parts"]
+    found = [m["part"] for m in metas]
+    if found != list(range(count)) or any(m["parts"] != count for m in metas):
+        missing = sorted(set(range(count)) - set(found))
+        raise BertkitError(f"expected parts 0..{count - 1} once each, got {found}"
+                           + (f" (missing {missing})" if missing else ""))
+    if len({m["num_chunks"] for m in metas}) != 1:
+        raise BertkitError("the parts saw different numbers of chunks: were they given the same "
+                           "input files in the same order?")
+    return metas
+
+
+def merge_parts(part_dirs: Sequence[str | os.PathLike], output_dir: str | os.PathLike,
+                overwrite: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Join the parts into one prepared folder: the shards and meta.json one `bertkit prepare`
+    of the same inputs and seed writes. Returns the merged meta.json content."""
+    out = Path(output_dir)
+    if any(out.resolve() == Path(d).resolve() for d in part_dirs):
+        raise BertkitError(f"{out}: is one of the parts; merge into a new folder")
+    metas = check_parts(part_dirs)
+    first = metas[0]
+    fresh = {k: v for k, v in first.items() if k in (*_SAME, "tokenizer")}
+    fresh = {**fresh, "format": shard_io.FORMAT_NAME, "version": shard_io.FORMAT_VERSION,
+             "complete": False, "shards": []}
+    meta = open_output(out, fresh, resume=False, overwrite=overwrite)
+    out.mkdir(parents=True, exist_ok=True)
+    writer = ShardWriter(out, meta, int(first["params"]["shard_size"]))
+    t0 = time.perf_counter()
+    count = first["parts"]
+    for index in progress_bar(range(first["num_chunks"]), desc="merge", unit=" chunks",
+                              disable=not progress):
+        part = metas[index % count]
+        stats = part["chunks"].get(str(index))
+        if stats is None:
+            raise BertkitError(f"{part['dir']}: chunk {index} is missing from a complete part")
+        writer.add(index, _read_piece(part["dir"] / piece_name(index)), ChunkStats(**stats), 0)
+    writer.finish()
+    if not meta["shards"]:
+        raise BertkitError("the parts hold no instances: the corpus is empty or too small")
+    return complete(out, meta, CorpusStats(**first["corpus"]), writer.running,
+                    time.perf_counter() - t0)
