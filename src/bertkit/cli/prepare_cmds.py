@@ -6,7 +6,7 @@ import argparse
 import os
 
 from bertkit.data.chunks import ChunkConfig, default_max_predictions
-from bertkit.data.corpus import FORMATS
+from bertkit.data.corpus import FORMATS, Fields
 from bertkit.data.instances import OBJECTIVES, InstanceConfig
 from bertkit.data.parts import merge_parts, parse_part, prepare_part
 from bertkit.data.prepare import PrepareConfig, prepare
@@ -22,10 +22,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "create_pretraining_data.py does, and write them as memory-mappable shards. "
         "Streams the corpus; the output is byte-identical for any --workers.",
     )
-    p.add_argument("files", nargs="+", metavar="FILE", help="corpus files")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="corpus files (text, JSONL, WikiExtractor output, Parquet, Arrow; .gz or "
+                   ".zst), or folders written by `datasets`' save_to_disk")
     p.add_argument("--tokenizer", required=True, metavar="DIR", help="directory with vocab.txt")
     p.add_argument("--output", required=True, metavar="DIR", help="output directory")
     p.add_argument("--format", choices=FORMATS, default="auto", help="corpus format (auto)")
+    p.add_argument("--text-field", default="text", metavar="NAME",
+                   help="the field (JSONL) or column (Parquet, Arrow, datasets folders) that "
+                   "holds each document's text")
+    p.add_argument("--id-field", metavar="NAME",
+                   help="a field or column naming each document in messages (e.g. id, title)")
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--objective", choices=OBJECTIVES, default="mlm+nsp")
     p.add_argument("--dupe-factor", type=int, default=None,
@@ -79,7 +86,8 @@ def config_from_args(args: argparse.Namespace) -> PrepareConfig:
     instance = InstanceConfig(args.max_seq_length, args.short_seq_prob, args.objective)
     chunk = ChunkConfig(instance, dupe, args.masked_lm_prob, max_pred, args.whole_word_mask,
                         args.dynamic_masking, args.seed, args.mask_unk)
-    return PrepareConfig(chunk, args.format, args.shard_size, args.chunk_chars)
+    return PrepareConfig(chunk, args.format, args.shard_size, args.chunk_chars,
+                         Fields(args.text_field, args.id_field))
 
 
 def run_prepare(args: argparse.Namespace) -> int:

@@ -95,7 +95,8 @@ def prepare_part(paths: Sequence[str | os.PathLike], tokenizer, part_dir: str | 
         return meta
     done = {int(k) for k in meta["chunks"]}
     corpus_stats = CorpusStats()
-    numbered = enumerate(chunk_documents(read_corpus(list(paths), config.format, corpus_stats),
+    numbered = enumerate(chunk_documents(read_corpus(list(paths), config.format, corpus_stats,
+                                                     config.fields),
                                          config.chunk_chars))
     total = [0]
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from bertkit.data import shards as shard_io
 from bertkit.data.chunks import ChunkConfig, ChunkStats, chunk_documents, process_chunk
-from bertkit.data.corpus import CorpusStats, read_corpus
+from bertkit.data.corpus import DEFAULT_FIELDS, CorpusStats, Fields, read_corpus
 from bertkit.data.masking import VocabInfo
 from bertkit.data.shards import PackedInstances
 from bertkit.errors import BertkitError
@@ -42,6 +42,7 @@ class PrepareConfig:
     format: str = "auto"
     shard_size: int = 100_000  # instances per shard
     chunk_chars: int = 1_000_000  # characters of raw text per chunk (>= 2 documents)
+    fields: Fields = DEFAULT_FIELDS  # where a record's text is (JSONL, Parquet, Arrow)
 
     def __post_init__(self) -> None:
         if self.shard_size < 1 or self.chunk_chars < 1:
@@ -60,6 +61,7 @@ class PrepareConfig:
             **dataclasses.asdict(c.instance),
             **{k: v for k, v in dataclasses.asdict(c).items() if k != "instance"},
             "format": self.format, "shard_size": self.shard_size, "chunk_chars": self.chunk_chars,
+            **({} if self.fields == DEFAULT_FIELDS else {"fields": dataclasses.asdict(self.fields)}),
         }
 
 
@@ -250,7 +252,7 @@ def prepare(
     start = meta.get("resume", {}).get("next_chunk", 0)
     skip = meta.get("resume", {}).get("next_offset", 0)
     corpus_stats = CorpusStats()
-    documents = read_corpus(list(paths), config.format, corpus_stats)
+    documents = read_corpus(list(paths), config.format, corpus_stats, config.fields)
     chunks = ((i, c) for i, c in enumerate(chunk_documents(documents, config.chunk_chars))
               if i >= start)
     writer = ShardWriter(out, meta, config.shard_size)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bertkit.data.columnar import expand_dataset_folders
 from bertkit.data.corpus import (
     BOM,
     SNIFF_BYTES,
@@ -43,8 +44,8 @@ from bertkit.data.corpus import (
     _check_not_binary,
     _invalid_bytes,
     open_bytes,
-    read_jsonl,
     read_lines,
+    readers,
     sniff_format,
 )
 from bertkit.errors import BertkitError
@@ -145,7 +146,7 @@ def expand_inputs(patterns: Sequence[str | os.PathLike]) -> list[Path]:
         matches = sorted(glob.glob(text, recursive=True)) if glob.has_magic(text) else [text]
         if not matches:
             raise BertkitError(f"{text}: no file matches this pattern")
-        for match in matches:
+        for match in expand_dataset_folders([Path(m) for m in matches]):
             path = Path(match)
             if path.is_dir():
                 raise BertkitError(f"{path}: is a directory; expected a text or JSONL file")
@@ -159,14 +160,19 @@ def expand_inputs(patterns: Sequence[str | os.PathLike]) -> list[Path]:
     return paths
 
 
+RECORD_FORMATS = ("jsonl", "wikiextractor", "parquet", "arrow")
+
+
 def iter_file_texts(path: Path, stats: CorpusStats) -> Iterator[str]:
-    """The texts of one file: its non-blank lines, or each JSONL record's paragraphs.
+    """The texts of one file: its non-blank lines, or each record's paragraphs (JSONL's "text",
+    WikiExtractor's documents, Parquet/Arrow "text" columns).
 
     Reading, binary-file refusal and invalid-UTF-8 handling are `bertkit.data.corpus`'s, so a
     file is accepted here exactly when `bertkit prepare` accepts it.
     """
-    if sniff_format(path) == "jsonl":
-        for document in read_jsonl(path, stats):
+    fmt = sniff_format(path)
+    if fmt in RECORD_FORMATS:  # the documents' paragraphs, as `bertkit prepare` reads them
+        for document in readers()[fmt](path, stats):
             yield from document.paragraphs
         return
     for _, line in read_lines(path, stats):
