@@ -302,3 +302,31 @@ def test_held_out_accuracy_equals_transformers_from_the_same_weights(corpus):
     assert got["mlm_acc"] == pytest.approx(float(hits), abs=1e-6)
     assert got["nsp_acc"] == pytest.approx(float(nsp), abs=1e-6)
     assert got["mlm_acc"] > 0.05  # trained: above the 1/800 of a uniform guess
+
+
+def test_several_data_folders_train_as_one_dataset(corpus, tmp_path, capsys):
+    """--data A B: the instances of both folders, one after the other (books + a second
+    preparation of them with another seed), trained on; other masking is refused."""
+    chunk = ChunkConfig(instance=InstanceConfig(max_seq_length=SEQ), dupe_factor=1,
+                        max_predictions_per_seq=10, seed=5)
+    second = tmp_path / "second"
+    prepare(corpus["files"], BertTokenizer.from_pretrained(corpus["tok"]), second,
+            PrepareConfig(chunk=chunk, shard_size=300), progress=False)
+    both = ShardDataset([corpus["shards"], second])
+    one, two = ShardDataset(corpus["shards"]), ShardDataset(second)
+    assert len(both) == len(one) + len(two) and both.meta["num_instances"] == len(both)
+    assert np.array_equal(both[len(one)]["input_ids"], two[0]["input_ids"])
+    assert np.array_equal(both[len(one) - 1]["input_ids"], one[len(one) - 1]["input_ids"])
+    starts = both.meta["chunk_starts"]
+    assert starts[:len(one.meta["chunk_starts"])] == one.meta["chunk_starts"]
+    assert starts[-1] == len(one) + two.meta["chunk_starts"][-1]
+    out = tmp_path / "run"
+    assert main(["pretrain", "--data", str(corpus["shards"]), str(second), "--output", str(out),
+                 "--config", str(corpus["config"]), "--tokenizer", str(corpus["tok"]),
+                 "--max-steps", "2", "--batch-size", "8", "--no-progress", "--precision",
+                 "fp32"]) == 0
+    capsys.readouterr()
+    assert main(["pretrain", "--data", str(corpus["shards"]), str(corpus["dynamic"]), "--output",
+                 str(tmp_path / "mixed"), "--config", str(corpus["config"]), "--tokenizer",
+                 str(corpus["tok"]), "--max-steps", "1", "--no-progress"]) == 1
+    assert "dynamic_masking=True" in capsys.readouterr().err

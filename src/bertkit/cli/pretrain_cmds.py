@@ -50,7 +50,9 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
         "paper's recipe by default (AdamW, lr 1e-4, 10k warmup steps then linear decay, weight "
         "decay 0.01, clipping 1.0). Under `torchrun --nproc_per_node N -m bertkit pretrain ...` "
         "it runs DDP; --batch-size stays the global batch.")
-    p.add_argument("--data", required=True, help="shard folder from `bertkit prepare`")
+    p.add_argument("--data", required=True, nargs="+", metavar="DIR",
+                   help="shard folder(s) from `bertkit prepare`; several (e.g. Wikipedia and "
+                   "books, one tokenizer) are trained on as one dataset")
     p.add_argument("--output", required=True, help="run folder (checkpoints, metrics, model/)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--model", help="preset: tiny|mini|small|medium|base|large (default mini)")
@@ -112,7 +114,8 @@ def run_pretrain(args: argparse.Namespace) -> int:
             loader_workers=args.loader_workers,
             progress=args.progress, tensorboard=args.tensorboard)
         cfg = PretrainConfig(
-            data=args.data, train=train_cfg, model=args.model, config_file=args.config_file,
+            data=args.data[0] if len(args.data) == 1 else tuple(args.data), train=train_cfg,
+            model=args.model, config_file=args.config_file,
             init=args.init, tokenizer=args.tokenizer, objective=args.objective,
             eval_data=args.eval_data, eval_holdout=args.eval_holdout,
             eval_batches=args.eval_batches, phase2_data=args.phase2_data,

@@ -229,6 +229,35 @@ def _npy_header_size(file: Path) -> int | None:
     return 12 + int.from_bytes(start[8:12], "little")
 
 
+# What the instances of several folders must share to be trained on as one dataset.
+_SHARED_PARAMS = ("objective", "dynamic_masking", "masked_lm_prob", "max_predictions_per_seq",
+                  "whole_word_mask", "mask_unk")
+
+
+def join_metas(paths: Sequence[Path], metas: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The meta of several prepared folders read as one dataset (instances one folder after
+    the other); folders of another tokenizer, objective or masking are refused."""
+    first = metas[0]
+    for folder, meta in zip(paths[1:], metas[1:]):
+        if meta["tokenizer"] != first["tokenizer"]:
+            raise BertkitError(f"{folder}: prepared with another tokenizer than {paths[0]}; "
+                               "prepare every --data folder with one vocabulary")
+        for key in _SHARED_PARAMS:
+            if meta["params"].get(key) != first["params"].get(key):
+                raise BertkitError(f"{folder}: {key}={meta['params'].get(key)!r} but {paths[0]} "
+                                   f"has {first['params'].get(key)!r}; --data folders must share "
+                                   "the objective and the masking")
+    joined = {**first, "shards": [s for m in metas for s in m["shards"]], "chunk_starts": [],
+              "params": {**first["params"], "max_seq_length": max(
+                  int(m["params"]["max_seq_length"]) for m in metas)},
+              "num_instances": sum(int(m["num_instances"]) for m in metas)}
+    offset = 0
+    for meta in metas:  # held-out splits may still cut at a chunk start
+        joined["chunk_starts"] += [offset + c for c in meta.get("chunk_starts") or []]
+        offset += int(meta["num_instances"])
+    return joined
+
+
 class _Shard:
     """One shard's arrays, memory-mapped, with prefix sums for O(1) slicing."""
 
@@ -271,24 +300,38 @@ class ShardDataset(torch.utils.data.Dataset):
     -1 when the objective has no sentence task). Under dynamic masking P = 0 and `input_ids` is
     unmasked: batch with `bertkit.data.collate.DynamicMaskingCollate`.
 
+    Several prepared folders (e.g. Wikipedia and books) are one dataset, their instances one
+    after the other, when they were prepared with one tokenizer for one objective and masking.
+
     Pass the model's `tokenizer_fingerprint` and/or `vocab_size` to refuse shards made with another
     vocabulary. Files are opened lazily, so the dataset pickles cheaply into DataLoader workers.
     """
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
         tokenizer_fingerprint: str | None = None,
         vocab_size: int | None = None,
     ):
-        self.path = Path(path)
-        self.meta = read_meta(self.path)
-        if not self.meta.get("complete"):
-            raise BertkitError(
-                f"{self.path}: `bertkit prepare` did not finish; run it again with --resume"
-            )
-        check_vocabulary(self.meta, str(self.path), tokenizer_fingerprint, vocab_size)
-        self.shard_names = [s["name"] for s in self.meta["shards"]]
+        paths = [Path(path)] if isinstance(path, (str, os.PathLike)) else [Path(p) for p in path]
+        if not paths:
+            raise BertkitError("no prepared folder given")
+        self.paths = paths
+        self.path = paths[0] if len(paths) == 1 else Path(" + ".join(map(str, paths)))
+        metas = []
+        for folder in paths:
+            meta = read_meta(folder)
+            if not meta.get("complete"):
+                raise BertkitError(
+                    f"{folder}: `bertkit prepare` did not finish; run it again with --resume"
+                )
+            check_vocabulary(meta, str(folder), tokenizer_fingerprint, vocab_size)
+            metas.append(meta)
+        self.meta = metas[0] if len(metas) == 1 else join_metas(paths, metas)
+        # (folder, shard name) of each shard, in order
+        self.shard_dirs = [folder / s["name"] for folder, meta in zip(paths, metas)
+                           for s in meta["shards"]]
+        self.shard_names = [d.name for d in self.shard_dirs]
         counts = [int(s["instances"]) for s in self.meta["shards"]]
         self.cumulative = np.cumsum([0, *counts], dtype=np.int64)
         self.max_open = open_shard_budget()
@@ -310,7 +353,7 @@ class ShardDataset(torch.utils.data.Dataset):
         if shard is None:
             while len(self._shards) >= self.max_open:
                 self._shards.popitem(last=False)  # its memory maps close with it
-            shard = self._shards[index] = _Shard(self.path / self.shard_names[index])
+            shard = self._shards[index] = _Shard(self.shard_dirs[index])
         else:
             self._shards.move_to_end(index)
         return shard
@@ -322,8 +365,7 @@ class ShardDataset(torch.utils.data.Dataset):
         BertkitError that names it."""
         dtype = np.dtype(self.meta.get("token_dtype")
                          or token_dtype(int(self.meta["tokenizer"]["vocab_size"])))
-        for entry in self.meta["shards"]:
-            directory = self.path / entry["name"]
+        for directory, entry in zip(self.shard_dirs, self.meta["shards"]):
             expected = _expected_sizes(entry, dtype)
             for name in ARRAY_NAMES:
                 file = directory / f"{name}.npy"

@@ -73,7 +73,7 @@ def capped_warmup(train: TrainConfig) -> TrainConfig:
 class PretrainConfig:
     """One pre-training run; saved as `OUTPUT/pretrain_config.json` beside the run."""
 
-    data: str
+    data: str | tuple[str, ...]  # a prepared folder, or several read as one dataset
     train: TrainConfig = field(default_factory=pretrain_train_config)
     model: str | None = None  # a preset name ("mini", "base", ...)
     config_file: str | None = None  # a config.json
@@ -106,13 +106,18 @@ def load_tokenizer(cfg: PretrainConfig):
     return None
 
 
-def open_shards(path: str | os.PathLike, tokenizer, config: BertConfig) -> ShardDataset:
-    """Open prepared shards, refusing another vocabulary, an over-long length or damage."""
-    path = Path(path)
-    if not path.is_dir():
-        raise BertkitError(f"{path}: shard folder not found (make it with `bertkit prepare`)")
+def open_shards(path: str | os.PathLike | Sequence[str], tokenizer, config: BertConfig
+                ) -> ShardDataset:
+    """Open prepared shards (one folder, or several read as one dataset), refusing another
+    vocabulary, an over-long length or damage."""
+    folders = data_folders(path)
+    for folder in folders:
+        if not folder.is_dir():
+            raise BertkitError(f"{folder}: shard folder not found (make it with `bertkit prepare`)")
+    path = folders[0] if len(folders) == 1 else Path(" + ".join(map(str, folders)))
     fingerprint = tokenizer.fingerprint() if tokenizer is not None else None
-    dataset = ShardDataset(path, tokenizer_fingerprint=fingerprint, vocab_size=config.vocab_size)
+    dataset = ShardDataset(folders, tokenizer_fingerprint=fingerprint,
+                           vocab_size=config.vocab_size)
     if dataset.max_seq_length > config.max_position_embeddings:
         raise BertkitError(f"{path}: sequences of up to {dataset.max_seq_length} tokens, but the "
                            f"model has max_position_embeddings={config.max_position_embeddings}")
@@ -120,6 +125,11 @@ def open_shards(path: str | os.PathLike, tokenizer, config: BertConfig) -> Shard
         raise BertkitError(f"{path}: holds no instances")
     _check_readable(dataset)
     return dataset
+
+
+def data_folders(data: str | os.PathLike | Sequence[str]) -> list[Path]:
+    """`--data`: one prepared folder, or several."""
+    return [Path(data)] if isinstance(data, (str, os.PathLike)) else [Path(d) for d in data]
 
 
 def _check_readable(dataset: ShardDataset) -> None:
@@ -136,7 +146,7 @@ def _check_readable(dataset: ShardDataset) -> None:
         except BertkitError:
             raise  # already says what it is (too many open files, ...)
         except (ValueError, OSError, IndexError, EOFError) as err:
-            raise BertkitError(f"{dataset.path / dataset.shard_names[s]}: corrupted shard "
+            raise BertkitError(f"{dataset.shard_dirs[s]}: corrupted shard "
                                f"({err}); re-run `bertkit prepare`") from err
 
 
@@ -368,16 +378,18 @@ def phase2_config(train_cfg: TrainConfig, output: Path, steps: int) -> TrainConf
 def run_pretraining(cfg: PretrainConfig) -> TrainResult:
     """The whole run: model, phase 1 (and phase 2), then the release export `OUTPUT/model`."""
     tokenizer = load_tokenizer(cfg)
-    if not Path(cfg.data).is_dir():
-        raise BertkitError(f"{cfg.data}: shard folder not found (make it with `bertkit prepare`)")
-    meta = read_meta(cfg.data)
-    config = model_config(cfg, int(meta["tokenizer"]["vocab_size"]),
-                          int(meta["params"]["max_seq_length"]))
+    folders = data_folders(cfg.data)
+    for folder in folders:
+        if not folder.is_dir():
+            raise BertkitError(f"{folder}: shard folder not found (make it with `bertkit prepare`)")
+    metas = [read_meta(folder) for folder in folders]
+    config = model_config(cfg, int(metas[0]["tokenizer"]["vocab_size"]),
+                          max(int(m["params"]["max_seq_length"]) for m in metas))
     output = Path(cfg.train.output_dir)
     if distributed.is_main():  # before any work: a refused --resume changes nothing on disk
         claim_output_dir(output, RUN_MARKER, dataclasses.asdict(cfg), cfg.train.resume,
-                         inputs=[p for p in (cfg.data, cfg.init, cfg.tokenizer, cfg.eval_data,
-                                             cfg.phase2_data) if p is not None])
+                         inputs=[*map(str, folders), *(p for p in (cfg.init, cfg.tokenizer,
+                                 cfg.eval_data, cfg.phase2_data) if p is not None)])
     distributed.barrier()
     model = build_model(cfg, config)
     cfg = dataclasses.replace(cfg, train=capped_warmup(cfg.train))
