@@ -1,5 +1,11 @@
 """GPU benchmark suite: bertkit vs transformers on one CUDA device, side by side in one process.
 
+0. the real pre-training loop: `bertkit.training.train` (DataLoader with worker processes and
+   pinned memory, the collate, autocast, clipping, fused AdamW, statistics kept on the device
+   between log lines) over statically masked instances, per step = (time of W + N steps - time
+   of W steps) / N, so start-up and the final checkpoint cancel; beside transformers'
+   `BertForPreTraining` stepped by a minimal loop on batches already on the device (an upper
+   bound for the reference: no data loading at all). Tokens/s, MFU, peak memory.
 1. pre-training: one optimizer step (forward + backward + clip + AdamW + zero-grad) of
    `BertForPreTraining`, base and large, bf16 autocast, T = 128 and 512, vs
    `transformers.BertForPreTraining` (SDPA) from the same weights; tokens/s, model FLOPs
@@ -252,6 +258,67 @@ def bench_inference(shape: str, args, device: torch.device) -> dict:
             "ratio": result["transformers"]["s"] / result["bertkit"]["s"]}
 
 
+def loop_items(config: BertConfig, n: int, T: int, seed: int = 0) -> list[dict]:
+    """n statically masked instances of T tokens as `ShardDataset` gives them (numpy)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    P = max(1, round(0.15 * T))
+    items = []
+    for _ in range(n):
+        ids = rng.integers(1000, config.vocab_size, T)
+        positions = np.sort(rng.choice(np.arange(1, T - 1), P, replace=False))
+        items.append({"input_ids": np.where(np.isin(np.arange(T), positions), 103, ids),
+                      "token_type_ids": (np.arange(T) >= T // 2).astype(np.int64),
+                      "masked_lm_positions": positions, "masked_lm_ids": ids[positions],
+                      "masked_lm_weights": np.ones(P, np.float32),
+                      "next_sentence_label": np.asarray(rng.integers(0, 2))})
+    return items
+
+
+def bench_pretrain_loop(shape: str, T: int, B: int, args, device: torch.device) -> dict:
+    """Case 0 of the module docstring: the real `train()` against the reference's bare steps."""
+    from bertkit.data.collate import collate_pretraining
+    from bertkit.training import TrainConfig, train
+
+    config = BertConfig.preset(shape, max_position_embeddings=max(512, T))
+    warm, steps = 3, args.repeats
+    items = loop_items(config, B * (warm + steps), T)
+
+    def run(n_steps: int, out: str) -> float:
+        torch.manual_seed(0)
+        model = BertForPreTraining(config)
+        cfg = TrainConfig(output_dir=out, max_steps=n_steps, batch_size=B, lr=1e-4,
+                          warmup_steps=1, precision=args.precision, device=str(device),
+                          log_every=10, save_every=0, keep=1, progress=False,
+                          loader_workers=args.loader_workers)
+        sync(device)
+        start = time.perf_counter()
+        train(model, items, collate_pretraining, cfg)
+        sync(device)
+        return time.perf_counter() - start
+
+    reset_peak(device)
+    with tempfile.TemporaryDirectory() as tmp:
+        run(warm, f"{tmp}/a")  # compile caches, allocator
+        short, long = run(warm, f"{tmp}/b"), run(warm + steps, f"{tmp}/c")
+    ours = {"s": (long - short) / steps, "peak_gib": peak_gib(device)}
+    ref_model = pair_models(config, device, BertForPreTraining, transformers.BertForPreTraining)[1]
+    ref_opt = torch.optim.AdamW(param_groups(ref_model, 0.01), lr=1e-4, eps=1e-6,
+                                fused=device.type in ("cuda", "cpu"))
+    _, batch_r, P = pretrain_batches(config, B, T, device)
+    reset_peak(device)
+    ref = {"s": median_time(train_step(ref_model, ref_opt, lambda: batch_r, device,
+                                       args.precision), device, args.repeats),
+           "peak_gib": peak_gib(device)}
+    flops = model_flops_per_step(config, B, T, P)
+    for r in (ours, ref):
+        r["tokens_per_s"] = B * T / r["s"]
+        r["mfu"] = flops / r["s"] / (args.peak_tflops * 1e12) if args.peak_tflops else None
+    return {"case": f"train() loop {shape} T={T} B={B} {args.precision}", "bertkit": ours,
+            "transformers": ref, "ratio": ref["s"] / ours["s"]}
+
+
 def show(r: dict) -> None:
     def cell(x: dict) -> str:
         rate = next(f"{x[k]:,.0f} {k.replace('_per_s', '')}/s" for k in
@@ -277,6 +344,9 @@ def main() -> None:
     ap.add_argument("--peak-tflops", type=float, help="the device's dense peak for MFU")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, a few steps (CPU smoke)")
+    ap.add_argument("--loader-workers", type=int, default=None,
+                    help="DataLoader workers of the train() loop case (default: the loop's)")
+    ap.add_argument("--cases", default="loop,step,finetune,inference")
     args = ap.parse_args()
     device = torch.device(args.device)
     if args.smoke:
@@ -290,14 +360,21 @@ def main() -> None:
     print(f"device {where}, torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{args.precision}, peak {args.peak_tflops or 'unknown'} TFLOP/s")
     results = []
+    cases = args.cases.split(",")
     for shape in args.shapes.split(","):
         for T in map(int, args.seqs.split(",")):
-            results.append(bench_pretrain(shape, T, batch.get(T, 8), args, device))
+            if "loop" in cases:
+                results.append(bench_pretrain_loop(shape, T, batch.get(T, 8), args, device))
+                show(results[-1])
+            if "step" in cases:
+                results.append(bench_pretrain(shape, T, batch.get(T, 8), args, device))
+                show(results[-1])
+        if "finetune" in cases:
+            results.append(bench_finetune(shape, args, device))
             show(results[-1])
-        results.append(bench_finetune(shape, args, device))
-        show(results[-1])
-        results.append(bench_inference(shape, args, device))
-        show(results[-1])
+        if "inference" in cases:
+            results.append(bench_inference(shape, args, device))
+            show(results[-1])
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"args": vars(args), "device": where, "results": results}, f, indent=2)

@@ -99,7 +99,7 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    distributed.setup(os.environ)
+    distributed.setup(os.environ, device=args.device)
     if not distributed.is_main():
         logging.getLogger().setLevel(logging.WARNING)  # rank 0 alone reports progress
     try:

@@ -27,8 +27,11 @@ class DistInfo:
     world_size: int
 
 
-def setup(environ: Mapping[str, str], backend: str | None = None) -> DistInfo:
-    """Initialize DDP when launched by torchrun; a no-op for a single process."""
+def setup(environ: Mapping[str, str], backend: str | None = None,
+          device: str = "auto") -> DistInfo:
+    """Initialize DDP when launched by torchrun; a no-op for a single process. The backend
+    follows the device the run trains on (`--device`): NCCL for CUDA, gloo for the CPU, also on
+    a machine that has GPUs."""
     world = int(environ.get("WORLD_SIZE", "1"))
     rank = int(environ.get("RANK", "0"))
     local_rank = int(environ.get("LOCAL_RANK", "0"))
@@ -37,7 +40,8 @@ def setup(environ: Mapping[str, str], backend: str | None = None) -> DistInfo:
     if dist.is_initialized():
         return DistInfo(dist.get_rank(), local_rank, dist.get_world_size())
     if backend is None:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        on_gpu = device == "auto" or device.startswith("cuda")
+        backend = "nccl" if on_gpu and torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         if torch.cuda.device_count() <= local_rank:
             raise BertkitError(f"LOCAL_RANK {local_rank} but only {torch.cuda.device_count()} GPUs")
