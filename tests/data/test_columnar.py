@@ -166,3 +166,15 @@ def test_prepare_gives_the_same_shards_from_parquet_datasets_and_jsonl(formats, 
         shard = sorted(p for p in outs[name].iterdir() if p.is_dir())[0]
         for array in shard.iterdir():
             assert filecmp.cmp(array, outs["jsonl"] / shard.name / array.name, shallow=False)
+
+
+def test_vocab_train_counts_the_words_of_parquet_and_datasets_folders(formats, tmp_path):
+    from bertkit.tokenization.counting import count_files
+
+    renamed = tmp_path / "text.parquet"  # vocab train reads the "text" column
+    pq.write_table(table().rename_columns(["id", "title", "text"]), renamed)
+    counts = count_files([renamed])
+    assert counts["cats"] == 2 and counts["purr"] == 1 and counts["."] == 7
+    assert main(["vocab", "train", str(renamed), "--vocab-size", "60", "--output",
+                 str(tmp_path / "vocab"), "--no-progress"]) == 0
+    assert {"cats", "dog", "the"} <= set((tmp_path / "vocab" / "vocab.txt").read_text().split())

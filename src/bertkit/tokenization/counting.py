@@ -15,8 +15,10 @@ U+0085): they are deleted first. Files are counted in parallel, one file per tas
 are added in file order, so the result is the same for any number of workers.
 
 Input formats: plain text and one-sentence-per-line text (every non-blank line is a text; blank
-lines are document breaks, which do not matter for counting) and JSONL (one JSON object per
-line with a string ``"text"`` field), told apart by `bertkit.data.corpus.sniff_format`. Reading
+lines are document breaks, which do not matter for counting), and the record formats: JSONL
+(one JSON object per line with a string ``"text"`` field), WikiExtractor's output, Parquet and
+Arrow files and `datasets` folders (a ``text`` column), told apart by
+`bertkit.data.corpus.sniff_format`. Reading
 is `bertkit.data.corpus`'s: invalid UTF-8 is replaced by U+FFFD (which the basic tokenizer
 drops) and reported once per file; a file that looks binary is refused.
 """
@@ -239,10 +241,11 @@ def _decode_lines(data: bytes, stats: CorpusStats) -> Iterator[str]:
 def count_file(
     path: str | os.PathLike, do_lower_case: bool = True, max_words: int | None = None
 ) -> FileCount:
-    """Word counts of one file (plain text or JSONL, maybe gzipped), streaming."""
+    """Word counts of one file (plain text, or the records of JSONL, WikiExtractor, Parquet or
+    Arrow; maybe compressed), streaming."""
     path, stats = Path(path), CorpusStats(files=1)
     counter = WordCounter(do_lower_case, max_words)
-    if sniff_format(path) == "jsonl":
+    if sniff_format(path) in RECORD_FORMATS:
         blocks: Iterable[str] = _batches(iter_file_texts(path, stats))
     else:
         blocks = _text_blocks(path, stats)
