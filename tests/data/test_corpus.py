@@ -12,8 +12,8 @@ from bertkit.data.corpus import (
     Document,
     read_corpus,
     sniff_format,
-    split_sentences,
 )
+from bertkit.data.sentences import split_sentences
 from bertkit.errors import BertkitError
 
 

@@ -18,9 +18,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from bertkit.data.corpus import Document, split_sentences
+from bertkit.data.corpus import Document
 from bertkit.data.instances import Instance, InstanceConfig, TokenDocument, create_instances
 from bertkit.data.masking import VocabInfo, mask_batch
+from bertkit.data.sentences import split_sentences
 from bertkit.data.shards import PackedInstances, token_dtype
 from bertkit.errors import BertkitError
 

@@ -4,7 +4,7 @@ Formats (`--format`):
 - ``google``: Google's `create_pretraining_data.py` input, one sentence per line, a blank line
   between documents.
 - ``text``: plain prose, one document per file, paragraphs separated by blank lines; hard-wrapped
-  lines are joined, and paragraphs are split into sentences later (`split_sentences`).
+  lines are joined, and paragraphs are split into sentences later (`sentences.split_sentences`).
 - ``wikitext``: like ``text`` but a line `` = Title = `` starts a new article (`` = = Section = = ``
   does not) and every line is a paragraph (WikiText's layout). Heading lines are not kept.
 - ``jsonl``: one document per record, in its text field (``--text-field``, default ``text``;
@@ -32,8 +32,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
-
-import blingfire
 
 from bertkit.errors import BertkitError
 
@@ -77,14 +75,6 @@ class CorpusStats:
     invalid_utf8_bytes: int = 0
     invalid_utf8_lines: int = 0
     formats: dict[str, int] = field(default_factory=dict)
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of one paragraph, by blingfire (chosen over pysbd: see docs/benchmarks.md)."""
-    text = " ".join(text.split())
-    if not text:
-        return []
-    return [s for s in blingfire.text_to_sentences(text).split("\n") if s.strip()]
 
 
 def _invalid_bytes(raw: bytes) -> int:

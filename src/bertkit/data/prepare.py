@@ -27,6 +27,7 @@ from bertkit.data import shards as shard_io
 from bertkit.data.chunks import ChunkConfig, ChunkStats, chunk_documents, process_chunk
 from bertkit.data.corpus import DEFAULT_FIELDS, CorpusStats, Fields, read_corpus
 from bertkit.data.masking import VocabInfo
+from bertkit.data.sentences import splitter_name
 from bertkit.data.shards import PackedInstances
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text, progress_bar
@@ -187,7 +188,8 @@ def fresh_meta(paths: Sequence[str | os.PathLike], tokenizer, config: PrepareCon
         "version": shard_io.FORMAT_VERSION,
         "complete": False,
         "inputs": [str(p) for p in paths],
-        "params": config.params(),
+        # the splitter shapes the instances: resuming or merging with another is refused
+        "params": {**config.params(), "sentence_splitter": splitter_name()},
         "tokenizer": {
             "fingerprint": tokenizer.fingerprint(),
             "vocab_size": tokenizer.vocab_size,

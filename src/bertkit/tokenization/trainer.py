@@ -151,14 +151,7 @@ def train_from_counts(
             f"tokens plus the {len(units)} character units; raise --vocab-size or lower "
             "--limit-alphabet"
         )
-    # The compiled copy of merges.Merger (same merges, about 5x faster at 30k pieces);
-    # imported here so that importing the trainer does not import numba.
-    from bertkit.tokenization.merge_kernel import run_merges
-
-    logger.info("merging: %d new pieces to learn (the first run after installing compiles the "
-                "merge loop, about 20 s; later runs load it from numba's cache)", budget)
-    merges, pieces = run_merges(usable, units, config.criterion, config.min_frequency, budget,
-                                drop_absorbed=config.drop_absorbed, progress=progress)
+    merges, pieces = _merge(usable, units, config, budget, progress)
     result = TrainResult(head + units + pieces, merges, pieces, alphabet, len(pieces) < budget,
                          skipped, words)
     if result.stopped_early:
@@ -167,6 +160,26 @@ def train_from_counts(
             "(requested %d)", config.min_frequency, len(result.vocab), config.vocab_size,
         )
     return result
+
+
+def _merge(words: dict[str, int], units: list[str], config: TrainerConfig, budget: int,
+           progress: bool) -> tuple[list[tuple[str, str]], list[str]]:
+    """The merges: by the loop compiled with numba (the same merges as `merges.Merger`, about
+    5x faster at 30k pieces), or by `merges.Merger` itself where numba is not installed or does
+    not load (one log line). numba is imported here only, so nothing else depends on it."""
+    try:
+        from bertkit.tokenization.merge_kernel import run_merges
+    except ImportError as err:
+        from bertkit.tokenization.merges import Merger
+
+        logger.warning("numba is not available (%s): the merge loop runs in Python, the same "
+                       "merges, about 5x slower", err)
+        merger = Merger(words, units, config.criterion, config.min_frequency)
+        return merger.run(budget, progress=progress, drop_absorbed=config.drop_absorbed)
+    logger.info("merging: %d new pieces to learn (the first run after installing compiles the "
+                "merge loop, about 20 s; later runs load it from numba's cache)", budget)
+    return run_merges(words, units, config.criterion, config.min_frequency, budget,
+                      drop_absorbed=config.drop_absorbed, progress=progress)
 
 
 def train_from_texts(
