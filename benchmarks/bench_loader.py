@@ -29,8 +29,8 @@ from bertkit.heads import BertForPreTraining
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.trainer import TrainerConfig, save_vocab, train_from_texts
 from bertkit.training import TrainConfig, train
+from bertkit.training.hardware import cpu_info
 from bertkit.training.pretrain import make_collate, pretraining_metrics
-from bertkit.training.runtime import cpu_info
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "books"
 

@@ -1,5 +1,5 @@
 """bf16 autocast vs fp32 on this machine, for training and for inference: the measurement behind
-`--precision auto` (`bertkit.training.runtime.choose_precision`).
+`--precision auto` (`bertkit.training.hardware.choose_precision`).
 
 Three timings, each fp32 and bf16 interleaved round by round, median of the rounds:
 - train: one fine-tuning step of MiniLM-L6-H384 (forward + backward + AdamW) on a batch of 32
@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-from bertkit.training.runtime import cpu_info
+from bertkit.training.hardware import cpu_info
 
 
 def timed(fn: Callable[[], object]) -> float:

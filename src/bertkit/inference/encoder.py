@@ -41,7 +41,7 @@ from bertkit.io import progress_bar
 from bertkit.model import BertModel, PackedLayout
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.windows import context_score, window_starts
-from bertkit.training.runtime import resolve_device, resolve_precision
+from bertkit.training.hardware import resolve_device, resolve_precision
 
 log = logging.getLogger("bertkit")
 
@@ -49,7 +49,7 @@ Pooling = Literal["cls", "mean", "max"]
 Combine = Literal["concat", "sum", "none"]
 POOLINGS = ("cls", "mean", "max")
 COMBINES = ("concat", "sum", "none")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")  # auto: runtime.choose_precision
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")  # auto: hardware.choose_precision
 
 
 @dataclass

@@ -49,7 +49,7 @@ class TextsIn(Body):
 class EmbedIn(TextsIn):
     pooling: Literal["cls", "mean", "max"] | None = None
     normalize: bool = False
-    precision: Literal["auto", "fp32", "bf16", "int8"] = "auto"  # auto: runtime.choose_precision
+    precision: Literal["auto", "fp32", "bf16", "int8"] = "auto"  # auto: hardware.choose_precision
 
 
 class FillMaskIn(Body):

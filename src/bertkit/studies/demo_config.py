@@ -16,8 +16,8 @@ from bertkit.data.instances import InstanceConfig
 from bertkit.data.prepare import PrepareConfig
 from bertkit.errors import BertkitError
 from bertkit.tokenization.trainer import TrainerConfig
+from bertkit.training.hardware import choose_device
 from bertkit.training.loop import TrainConfig
-from bertkit.training.runtime import choose_device
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ Defaults are the paper's recipe (Devlin et al., 2019, section A.3): AdamW, batch
 model in Hugging Face's layout (with `id2label` / `label2id`), its tokenizer, `metrics.json` and
 the predictions. `bertkit.training.grid` runs a grid of them and picks on the dev metric.
 
-Random streams (each derived from the run's seed by `training.runtime.stream_seed`, none
+Random streams (each derived from the run's seed by `training.stream.stream_seed`, none
 sharing numbers with another): the new head's initial weights ("head"), the data order (the
 loop's "order/<epoch>") and dropout (the loop's "dropout/<rank>", saved in every training state).
 """

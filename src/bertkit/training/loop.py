@@ -32,18 +32,10 @@ from torch import nn
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text, progress_bar
 from bertkit.training import distributed as dist_utils
+from bertkit.training.hardware import resolve_device, resolve_precision
 from bertkit.training.optim import OPTIMIZERS, SCHEDULES, build_optimizer, lr_at, resolve_warmup
-from bertkit.training.runtime import (
-    Run,
-    StopFlag,
-    open_tensorboard,
-    resolve_device,
-    resolve_precision,
-    restore_run,
-    run_state,
-    signal_guard,
-    truncate_metrics,
-)
+from bertkit.training.runtime import Run, open_tensorboard, restore_run, run_state, truncate_metrics
+from bertkit.training.signals import StopFlag, signal_guard
 from bertkit.training.state import latest_checkpoint, list_checkpoints, save_training_state
 from bertkit.training.stats import Pending, StepStats, Window
 from bertkit.training.stream import (
@@ -77,7 +69,7 @@ class TrainConfig:
     adam_betas: tuple[float, float] = (0.9, 0.999)
     adam_eps: float = 1e-6
     max_grad_norm: float = 1.0  # <= 0: no clipping (the norm is still logged)
-    precision: str = "auto"  # "auto" (bf16 where native, else fp32; runtime.choose_precision)
+    precision: str = "auto"  # "auto" (bf16 where native, else fp32; hardware.choose_precision)
     # | "fp32" | "bf16" | "fp16"
     seed: int = 0
     log_every: int = 10

@@ -10,7 +10,7 @@ import torch
 
 from bertkit.errors import BertkitError
 from bertkit.switches import AUTO_PRECISION
-from bertkit.training.runtime import (
+from bertkit.training.hardware import (
     CpuInfo,
     choose_device,
     choose_precision,
@@ -68,7 +68,7 @@ def test_auto_precision_on_gpus():
 def test_resolve_precision_logs_the_choice_and_keeps_explicit_ones(caplog, monkeypatch):
     monkeypatch.delenv(AUTO_PRECISION, raising=False)
     assert resolve_precision("bf16", torch.device("cpu")) == "bf16"
-    with caplog.at_level(logging.INFO, logger="bertkit.training.runtime"):
+    with caplog.at_level(logging.INFO, logger="bertkit.training.hardware"):
         chosen = resolve_precision("auto", torch.device("cpu"))
     assert chosen == choose_precision("cpu", cpu_info())[0]
     assert f"--precision auto: {chosen}" in caplog.text

@@ -1,0 +1,112 @@
+"""`bertkit prepare` and `vocab train` on a large corpus: throughput per core and peak memory,
+beside `tokenizers`' WordPiece trainer on the same files; `prepare --part` over N parts against
+one run (the same bytes, the wall time of each part).
+
+    python benchmarks/make_corpus.py --size 100M --output /tmp/corpus-100m
+    python benchmarks/bench_scale.py /tmp/corpus-100m --workers 2 --parts 4
+
+Every command runs in its own process; its peak memory is that process tree's largest resident
+set (`wait4`'s ru_maxrss). Time it alone: with 2 cores, any other job changes every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bertkit.training.hardware import cpu_info
+
+BERTKIT = [sys.executable, "-m", "bertkit"]
+REFERENCE = """
+import sys
+from tokenizers import BertWordPieceTokenizer
+tok = BertWordPieceTokenizer(lowercase=True)
+tok.train(sys.argv[2:], vocab_size=int(sys.argv[1]), show_progress=False)
+print(tok.get_vocab_size())
+"""
+
+
+def timed(argv: list[str]) -> tuple[float, float]:
+    """(seconds, peak GiB of the largest process of the tree) of one command, which must pass."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(argv)}\n{err[-2000:]}")
+    return seconds, usage.ru_maxrss / 2**20  # KiB -> GiB
+
+
+def same_shards(a: Path, b: Path) -> bool:
+    names = sorted(p.name for p in a.iterdir() if p.is_dir())
+    if names != sorted(p.name for p in b.iterdir() if p.is_dir()):
+        return False
+    return all(filecmp.cmp(f, b / name / f.name, shallow=False)
+               for name in names for f in (a / name).iterdir())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("corpus", type=Path, help="a folder of .txt files (make_corpus.py)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--vocab-size", type=int, default=30522)
+    ap.add_argument("--parts", type=int, default=4, help="0: skip the --part comparison")
+    ap.add_argument("--skip", default="", help="comma-separated: vocab,reference,prepare")
+    args = ap.parse_args()
+    files = sorted(str(p) for p in args.corpus.glob("*.txt"))
+    size = sum(os.path.getsize(f) for f in files) / 2**20
+    cpu = cpu_info()
+    flags = " ".join(sorted(f for f in cpu.flags if f.startswith(("avx512_bf16", "amx", "avx2"))))
+    print(f"{size:,.0f} MiB in {len(files)} files; CPU {cpu.vendor} ({flags}), "
+          f"{os.cpu_count()} cores, --workers {args.workers}", flush=True)
+    skip = set(args.skip.split(","))
+    with tempfile.TemporaryDirectory(dir=args.corpus.parent) as tmp:
+        out = Path(tmp)
+        if "vocab" not in skip:
+            s, gib = timed([*BERTKIT, "vocab", "train", *files, "--vocab-size",
+                            str(args.vocab_size), "--output", str(out / "vocab"), "--workers",
+                            str(args.workers), "--no-progress"])
+            print(f"vocab train (bertkit): {s:,.0f} s, {size / s:.2f} MiB/s "
+                  f"({size / s / args.workers:.2f} per worker), peak {gib:.2f} GiB", flush=True)
+        if "reference" not in skip:
+            s, gib = timed([sys.executable, "-c", REFERENCE, str(args.vocab_size), *files])
+            print(f"vocab train (tokenizers' BertWordPieceTokenizer, its own threads): {s:,.0f} s,"
+                  f" {size / s:.2f} MiB/s, peak {gib:.2f} GiB", flush=True)
+        if "prepare" in skip:
+            return
+        if not (out / "vocab").is_dir():
+            raise SystemExit("prepare needs the vocabulary: do not skip vocab")
+        common = ["prepare", *files, "--tokenizer", str(out / "vocab"), "--format", "wikitext",
+                  "--max-seq-length", "128", "--dupe-factor", "1", "--no-progress"]
+        one, gib = timed([*BERTKIT, *common, "--output", str(out / "one"), "--workers",
+                          str(args.workers)])
+        print(f"prepare: {one:,.0f} s, {size / one:.2f} MiB/s ({size / one / args.workers:.2f} "
+              f"per worker), peak {gib:.2f} GiB", flush=True)
+        if args.parts:
+            times = []
+            for part in range(args.parts):
+                seconds, _ = timed([*BERTKIT, *common, "--output", str(out / f"part{part}"),
+                                    "--part", f"{part}/{args.parts}", "--workers",
+                                    str(args.workers)])
+                times.append(seconds)
+            m, gib_m = timed([*BERTKIT, "merge-shards", *(str(out / f"part{p}")
+                              for p in range(args.parts)), "--output", str(out / "merged"),
+                              "--no-progress"])
+            print(f"prepare --part i/{args.parts}: {', '.join(f'{t:,.0f}' for t in times)} s "
+                  f"per part (one run: {one:,.0f} s); merge-shards {m:,.0f} s, peak {gib_m:.2f} "
+                  f"GiB; merged == one run: {same_shards(out / 'merged', out / 'one')}",
+                  flush=True)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
