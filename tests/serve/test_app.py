@@ -248,3 +248,60 @@ def test_full_queue_answers_503_and_recovers(models):
     assert 503 in codes and 200 in codes and set(codes) <= {200, 503}
     busy = next(r for r in responses if r.status_code == 503)
     assert "busy" in busy.json()["detail"] and busy.headers["retry-after"] == "1"
+
+
+# ---- saying what was done: truncation, precision, per-client answers ------------------------
+
+@pytest.fixture(scope="module")
+def roomy(models):
+    """The default limits (512 tokens a text), above MiniLM's own 256."""
+    with TestClient(create_app(models)) as c:
+        yield c
+
+
+def test_texts_cut_to_the_models_length_are_said_so_or_refused(roomy, models):
+    """Two 300-token texts that differ only after token 256 embed alike: the answer says both
+    were cut to MiniLM's 256 (not the server's 512); `truncate: false` makes it a 413."""
+    long = "word " * 300
+    texts = [long + "apples", long + "oranges", "short text"]
+    r = ok(roomy.post("/similarity", json={"texts": texts}))
+    assert r["max_length"] == models[MINILM].encoder().max_length == 256
+    assert [(t["index"], t["kept"]) for t in r["truncated"]] == [(0, 256), (1, 256)]
+    assert r["truncated"][0]["tokens"] == 303 and r["precision"] == "fp32"
+    assert r["matrix"][0][1] == pytest.approx(1.0, abs=1e-5)  # the cut made them one text
+    refused = roomy.post("/similarity", json={"texts": texts, "truncate": False})
+    assert refused.status_code == 413
+    assert "text 0 has 303 tokens, more than the 256 this model reads" in refused.json()["detail"]
+    r = ok(roomy.post("/embed", json={"texts": ["short"], "truncate": False}))
+    assert r["truncated"] == [] and r["precision"] in ("fp32", "bf16")
+
+
+def test_predict_says_what_it_cut_and_refuses_huge_inputs(roomy):
+    long = "a gorgeous , witty film " * 40  # 202 tokens, over the 128 the model reads
+    r = ok(roomy.post("/predict", json={"model": "sst2", "inputs": [{"text": "fine"},
+                                                                     {"text": long}]}))
+    assert "truncated" not in r["predictions"][0]
+    assert r["predictions"][1]["truncated"] == {"tokens": 202, "kept": 128}
+    assert r["max_length"] == 128
+    refused = roomy.post("/predict", json={"model": "sst2", "inputs": [{"text": long}],
+                                           "truncate": False})
+    assert refused.status_code == 413 and "this model reads" in refused.json()["detail"]
+    huge = roomy.post("/predict", json={"model": "sst2", "inputs": [{"text": "x " * 200_000}]})
+    assert huge.status_code == 413  # the body limit or the per-text limit, never a 200
+
+
+def test_each_client_gets_its_own_vectors_from_a_shared_batch(models):
+    """Requests of 1-5 texts at once, gathered into shared forward passes: each answer holds
+    its own texts' vectors, as encoded alone (fp32 within 1e-5: batching changes nothing)."""
+    app = create_app(models, batching=BatchSettings(max_batch=64, max_wait_ms=50))
+    words = "cats dogs rain sun bread music river stone".split()
+    requests = [[f"{words[(i + j) % 8]} number {i} of {n}" + " and more" * (i % 4)
+                 for j in range(n)] for i, n in enumerate([1, 3, 5, 2, 4, 1, 5, 3])]
+    responses, stats = run_concurrently(app, [("/embed", {"texts": t, "precision": "fp32"})
+                                              for t in requests])
+    assert stats.largest > 5  # requests were really batched together
+    encoder = models[MINILM].encoder("fp32")
+    for texts, response in zip(requests, responses):
+        got = np.array(response.json()["embeddings"])
+        alone = np.stack([encoder.encode([t])[0] for t in texts])
+        np.testing.assert_allclose(got, alone, atol=1e-5)

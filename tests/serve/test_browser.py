@@ -203,6 +203,19 @@ def test_similarity_view(page):
     page.shot("similarity")
 
 
+def test_a_cut_text_is_said_on_the_page(page):
+    """A text longer than MiniLM reads: the similarity view says it was cut, and to what."""
+    page.model(MINILM)
+    page.tab("similarity")
+    page.type("#sim-texts", "a cat sat on the mat\n" + "word " * 300)
+    page.run("similarity")
+    note = page.find("#out-similarity .truncation").text
+    assert "Cut to the 256 tokens" in note and "#2: 256 of 302 tokens" in note
+    page.type("#sim-texts", "a cat sat on the mat\na dog lay on the rug")
+    page.run("similarity")
+    assert page.all("#out-similarity .truncation") == []
+
+
 def test_prediction_view(page):
     page.model("sst2")
     page.tab("predict")

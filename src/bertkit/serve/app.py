@@ -25,9 +25,17 @@ from bertkit.serve import predict as predict_mod
 from bertkit.serve import views
 from bertkit.serve.batching import BatchSettings, DynamicBatcher, QueueFull, own_key
 from bertkit.serve.models import CapabilityError, ServedModel
-from bertkit.serve.safety import BodyLimit, Limits, TooLarge, check_count, check_tokens
+from bertkit.serve.safety import (
+    BodyLimit,
+    Limits,
+    TooLarge,
+    check_count,
+    check_tokens,
+    truncations,
+)
 
-Text = Annotated[str, StringConstraints(min_length=1, max_length=100_000)]
+MAX_TEXT_CHARS = 100_000
+Text = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS)]
 STATIC = resources.files("bertkit.serve") / "static"
 
 
@@ -42,8 +50,13 @@ class TextIn(Body):
     pair: Text | None = None
 
 
+TRUNCATE = Field(True, description="cut texts longer than the model reads, and say so in the "
+                 "answer (`truncated`); false: such a request is refused (413)")
+
+
 class TextsIn(Body):
     texts: list[Text] = Field(min_length=1)
+    truncate: bool = TRUNCATE
 
 
 class EmbedIn(TextsIn):
@@ -64,6 +77,7 @@ class NspIn(Body):
 
 class PredictIn(Body):
     inputs: list[dict[str, Any]] = Field(min_length=1)
+    truncate: bool = TRUNCATE
 
 
 class LayersIn(Body):
@@ -146,28 +160,37 @@ class Api:
         @app.post("/embed")
         async def embed(body: EmbedIn, request: Request) -> dict[str, Any]:
             model = self.pick(body.model)
-            vectors = await self.embeddings(request, model, body.texts, body.pooling,
-                                            body.normalize, body.precision)
-            return {"model": model.name, "dim": int(vectors.shape[1]),
+            vectors, notes = await self.embeddings(request, model, body.texts, body.pooling,
+                                                   body.normalize, body.precision, body.truncate)
+            return {"model": model.name, **notes, "dim": int(vectors.shape[1]),
                     "embeddings": vectors.tolist()}
 
         @app.post("/similarity")
         async def similarity(body: TextsIn, request: Request) -> dict[str, Any]:
             model = self.pick(body.model)
-            vectors = await self.embeddings(request, model, body.texts, None, True, "fp32")
-            return {"model": model.name, "texts": body.texts,
+            vectors, notes = await self.embeddings(request, model, body.texts, None, True,
+                                                   "fp32", body.truncate)
+            return {"model": model.name, **notes, "texts": body.texts,
                     "matrix": views.similarity_matrix(vectors)}
 
         self.head_routes(app)
         self.view_routes(app)
 
     async def embeddings(self, request: Request, model: ServedModel, texts: list[str],
-                         pooling: str | None, normalize: bool, precision: str):
+                         pooling: str | None, normalize: bool, precision: str, truncate: bool
+                         ) -> tuple[Any, dict[str, Any]]:
+        """The texts' vectors, and what the answer must say about them: the precision that
+        computed them, the model's length limit and the texts cut to it."""
         check_count(len(texts), self.limits.max_texts, "texts")
-        check_tokens(views.count_tokens(model, texts), self.limits.max_tokens)
+        counts = views.count_tokens(model, texts)
+        check_tokens(counts, self.limits.max_tokens)
+        encoder = model.encoder(precision)
+        notes = {"precision": encoder.precision, "max_length": encoder.max_length,
+                 "truncated": truncations(counts, encoder.max_length, truncate)}
         key = ("embed", model.name, pooling, normalize, precision)
-        return await request.app.state.batcher.submit(
+        vectors = await request.app.state.batcher.submit(
             key, views.embed_batch(model, precision, pooling, normalize), texts, len(texts))
+        return vectors, notes
 
     def head_routes(self, app: FastAPI) -> None:
         limits = self.limits
@@ -190,8 +213,16 @@ class Api:
         async def predict(body: PredictIn, request: Request) -> dict[str, Any]:
             model = self.pick(body.model, "task", "predict (it needs a fine-tuned model)")
             check_count(len(body.inputs), limits.max_texts, "inputs")
+            predict_mod.check_record_sizes(body.inputs, MAX_TEXT_CHARS)
+            counts, length = predict_mod.token_counts(model, body.inputs)
+            check_tokens(counts, limits.max_tokens)
+            cut = truncations(counts, length, body.truncate)
             results = await self.alone(request, predict_mod.predict, model, body.inputs)
-            return {"model": model.name, "task": model.task.name, "predictions": results}
+            for note in cut:
+                results[note["index"]]["truncated"] = {"tokens": note["tokens"],
+                                                       "kept": note["kept"]}
+            return {"model": model.name, "task": model.task.name, "max_length": length,
+                    "predictions": results}
 
     def view_routes(self, app: FastAPI) -> None:
         limits = self.limits

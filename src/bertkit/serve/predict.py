@@ -13,6 +13,7 @@ from typing import Any
 
 from bertkit.metrics import entity_spans
 from bertkit.serve.models import ServedModel
+from bertkit.serve.safety import TooLarge
 from bertkit.tasks import FeatureSettings
 from bertkit.tasks.base import run_model
 
@@ -20,6 +21,52 @@ from bertkit.tasks.base import run_model
 def settings_for(model: ServedModel) -> FeatureSettings:
     length = min(model.task.max_seq_length, model.config.max_position_embeddings)
     return FeatureSettings(max_seq_length=length, doc_stride=min(128, length // 2))
+
+
+def check_record_sizes(records: Sequence[dict[str, Any]], max_chars: int) -> None:
+    """Every text in the records (a string field, or a list of strings) within `max_chars`:
+    the same cap as the other endpoints' texts, a 413 naming the input and field."""
+    for i, record in enumerate(records):
+        for field, value in record.items():
+            values = value if isinstance(value, list) else [value]
+            longest = max((len(v) for v in values if isinstance(v, str)), default=0)
+            if longest > max_chars:
+                raise TooLarge(f"input {i}: field {field!r} has {longest} characters; the limit "
+                               f"is {max_chars}")
+
+
+def _text(record: dict[str, Any], *names: str) -> str:
+    value = next((record[n] for n in names if isinstance(record.get(n), str)), "")
+    return value
+
+
+def token_counts(model: ServedModel, records: Sequence[dict[str, Any]]) -> tuple[list[int], int]:
+    """Tokens of each record as the task feeds them, before truncation, and the length they are
+    cut to: the whole sequence for classification, tagging and multiple choice (its longest
+    choice), the question for span QA (passages are read in windows, never cut). A malformed
+    record counts 0 here; `predict` says what is wrong with it."""
+    tok, settings = model.tokenizer, settings_for(model)
+    head = type(model.head).__name__
+    counts = []
+    for record in records:
+        if head == "BertForQuestionAnswering":
+            counts.append(len(tok.encode(_text(record, "question"), truncation=False).input_ids) - 2)
+        elif head == "BertForMultipleChoice":
+            endings = record.get("endings") or [record.get(f"ending{k}") for k in range(4)]
+            context = _text(record, "context", "sent1")
+            start = _text(record, "start", "sent2")
+            counts.append(max((len(tok.encode(context, f"{start} {e}".strip(),
+                                              truncation=False).input_ids)
+                               for e in endings if isinstance(e, str)), default=0))
+        elif isinstance(record.get("words"), list):
+            words = " ".join(w for w in record["words"] if isinstance(w, str))
+            counts.append(len(tok.encode(words, truncation=False).input_ids))
+        else:
+            pair = record.get("pair") if isinstance(record.get("pair"), str) else None
+            counts.append(len(tok.encode(_text(record, "text"), pair, truncation=False).input_ids))
+    limit = (settings.max_query_length if head == "BertForQuestionAnswering"
+             else settings.max_seq_length)
+    return counts, limit
 
 
 def predict(model: ServedModel, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

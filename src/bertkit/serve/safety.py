@@ -43,6 +43,20 @@ def check_tokens(counts: Sequence[int], limit: int, purpose: str = "") -> None:
                            f"{' ' + purpose if purpose else ''}")
 
 
+def truncations(counts: Sequence[int], model_limit: int, allowed: bool) -> list[dict[str, int]]:
+    """The texts longer than the model reads, each as {"index", "tokens", "kept"}: what an
+    answer says it cut. With `allowed` false (a request's `truncate: false`) such a text is a
+    413 instead."""
+    cut = [{"index": i, "tokens": n, "kept": model_limit} for i, n in enumerate(counts)
+           if n > model_limit]
+    if cut and not allowed:
+        first = cut[0]
+        where = f"text {first['index']}" if len(counts) > 1 else "the text"
+        raise TooLarge(f"{where} has {first['tokens']} tokens, more than the {model_limit} this "
+                       f"model reads; send \"truncate\": true to use its first {model_limit}")
+    return cut
+
+
 class BodyLimit:
     """Refuse request bodies over `limit` bytes with 413: by Content-Length when sent, else
     while the body streams in."""

@@ -33,6 +33,14 @@ function showError(err) {
   $("error").hidden = false;
 }
 
+// The texts an answer says were cut to what the model reads: a warning above the result.
+function truncationNote(cut) {
+  if (!cut || !cut.length) return [];
+  const items = cut.map((c) => `#${c.index + 1}: ${c.kept} of ${c.tokens} tokens`).join(", ");
+  return [el("p", { class: "warning truncation" },
+    `Cut to the ${cut[0].kept} tokens this model reads (the rest did not count): ${items}`)];
+}
+
 function wire(view, run) {
   const button = $(`run-${view}`);
   if (!button) return;
@@ -190,7 +198,7 @@ wire("similarity", async (out) => {
   r.matrix.forEach((row, i) => table.append(el("tr", {}, el("th", {}, `#${i + 1} ${texts[i]}`),
     ...row.map((v) => el("td", { style: `background:${heat(v)};color:${v > 0.6 ? "#fff" : "#223"}` },
       v.toFixed(3))))));
-  out.replaceChildren(table);
+  out.replaceChildren(...truncationNote(r.truncated), table);
 });
 
 // ---- (6) fine-tuned prediction ------------------------------------------------------------
@@ -268,7 +276,9 @@ wire("predict", async (out) => {
     else if (v.trim()) record[name] = v;
   }
   const r = await api("/predict", { inputs: [record] });
-  out.replaceChildren(renderPrediction(m, record, r.predictions[0]));
+  const cut = r.predictions[0].truncated;
+  out.replaceChildren(...truncationNote(cut && [{ index: 0, ...cut }]),
+    renderPrediction(m, record, r.predictions[0]));
 });
 
 // ---- (7) architecture ---------------------------------------------------------------------
