@@ -332,3 +332,42 @@ def test_packed_forward_matches_at_real_tokens_and_trains_with_dropout():
     loss = model(**batch, labels=torch.zeros(4, dtype=torch.long), packed=True).loss
     loss.backward()
     assert torch.isfinite(loss) and model.bert.embeddings.word_embeddings.weight.grad is not None
+
+
+@pytest.mark.parametrize("name,cls", [
+    ("mlm+nsp", "BertForPreTraining"), ("mlm", "BertForMaskedLM"),
+    ("classification", "BertForSequenceClassification"), ("tagging", "BertForTokenClassification"),
+    ("span", "BertForQuestionAnswering"), ("choice", "BertForMultipleChoice")])
+def test_every_head_builds_only_what_its_loss_trains(name, cls):
+    """Under DDP a parameter that gets no gradient stops the second step (no
+    find_unused_parameters cost is paid): one backward of each head's loss reaches every one of
+    its parameters (the pooler only where the head reads it)."""
+    import bertkit.heads as heads
+
+    config = BertConfig.preset("tiny", vocab_size=50, id2label={0: "a", 1: "b", 2: "c"})
+    torch.manual_seed(0)
+    model = getattr(heads, cls)(config)
+    B, T = 2, 9
+    ids = torch.randint(5, 50, (B, T))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if name == "mlm+nsp":
+        batch.update(masked_lm_positions=torch.tensor([[1, 4], [2, 3]]),
+                     masked_lm_ids=torch.tensor([[7, 8], [9, 10]]),
+                     next_sentence_label=torch.tensor([0, 1]))
+    elif name == "mlm":
+        batch.update(masked_lm_positions=torch.tensor([[1, 4], [2, 3]]),
+                     masked_lm_ids=torch.tensor([[7, 8], [9, 10]]))
+    elif name == "classification":
+        batch["labels"] = torch.tensor([0, 2])
+    elif name == "tagging":
+        batch["labels"] = torch.randint(0, 3, (B, T))
+    elif name == "span":
+        batch.update(start_positions=torch.tensor([1, 2]), end_positions=torch.tensor([3, 4]))
+    else:
+        K = 4
+        batch = {"input_ids": torch.randint(5, 50, (B, K, T)),
+                 "attention_mask": torch.ones(B, K, T, dtype=torch.long),
+                 "labels": torch.tensor([0, 3])}
+    model(**batch).loss.backward()
+    unused = [n for n, p in model.named_parameters() if p.grad is None]
+    assert unused == []

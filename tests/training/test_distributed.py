@@ -190,3 +190,13 @@ def test_commands_that_are_not_distributed_refuse_torchrun_in_one_line(argv, mon
     assert "\n" not in err and list(tmp_path.iterdir()) == []  # nothing written
     monkeypatch.setenv("RANK", "1")
     assert main(argv) == 1 and capsys.readouterr().err == ""  # one line, from rank 0
+
+
+def test_finetune_under_a_real_torchrun_refuses_in_one_line_and_writes_nothing(tmp_path):
+    proc = torchrun("-m", "bertkit", "finetune", "sst2", "--model", str(tmp_path / "m"),
+                    "--data", str(tmp_path / "d"), "--output", str(tmp_path / "out"))
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("bertkit: error:")]
+    assert len(lines) == 1 and "runs as one process" in lines[0]  # rank 0 alone says it
+    # torchrun itself reports the failed workers with its own traceback; none comes from bertkit
+    assert "bertkit/cli" not in proc.stderr and not (tmp_path / "out").exists()
