@@ -217,7 +217,10 @@ def test_explorer_page_and_docs(client):
     assert "http" not in page.text.replace("http://www.w3.org", "")  # no CDN: works offline
     assert client.get("/static/app.js").status_code == 200
     assert "/embed" in client.get("/openapi.json").json()["paths"]
-    assert client.get("/docs").status_code == 200
+    docs = client.get("/docs")  # the package's own page: FastAPI's loads Swagger from a CDN
+    assert docs.status_code == 200 and 'src="/static/api.js"' in docs.text
+    assert "http" not in docs.text and client.get("/static/api.js").status_code == 200
+    assert "http" not in client.get("/static/api.js").text  # fetches /openapi.json only
 
 
 def run_concurrently(app, requests: list[tuple[str, dict]]) -> list[httpx.Response]:
@@ -305,3 +308,14 @@ def test_each_client_gets_its_own_vectors_from_a_shared_batch(models):
         got = np.array(response.json()["embeddings"])
         alone = np.stack([encoder.encode([t])[0] for t in texts])
         np.testing.assert_allclose(got, alone, atol=1e-5)
+
+
+def test_max_batch_is_a_hard_cap(models):
+    """Requests of 5 texts with --max-batch 8: never more than 8 texts in one forward pass
+    (a job that would go over waits for the next batch), and every client still answered."""
+    app = create_app(models, batching=BatchSettings(max_batch=8, max_wait_ms=50))
+    requests = [("/embed", {"texts": [f"text {i} {j}" for j in range(5)], "precision": "fp32"})
+                for i in range(6)]
+    responses, stats = run_concurrently(app, requests)
+    assert [r.status_code for r in responses] == [200] * 6
+    assert stats.largest <= 8 and stats.texts == 30

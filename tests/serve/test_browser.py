@@ -158,9 +158,11 @@ def test_tokenization_view(page):
 
 
 def test_fill_mask_view(page):
+    page.model(MINILM)
     page.tab("fill")
-    page.run("fill", expect="error")  # MiniLM has no MLM head: the page says so
-    assert "masked-LM head" in page.find("#error").text
+    fill = page.find("#run-fill")  # MiniLM has no MLM head: Fill is off, and says why
+    assert fill.get_attribute("disabled") is not None
+    assert "masked-LM head" in fill.get_attribute("title")
     page.model("mlm")
     page.type("#fill-text", "The [MASK] sat on the mat.")
     page.run("fill")
@@ -216,11 +218,24 @@ def test_a_cut_text_is_said_on_the_page(page):
     assert page.all("#out-similarity .truncation") == []
 
 
+def test_the_api_docs_page_works_offline(page, server):
+    """The header's "API docs" link: every endpoint with its fields, from /openapi.json, with
+    no network beyond the server."""
+    page.d.get(server + "/docs")
+    WebDriverWait(page.d, 20).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".endpoint"))
+    titles = [h.text for h in page.all(".endpoint h2")]
+    assert "POST /embed" in titles and "POST /predict" in titles
+    embed = page.find('[id="post-/embed"]').text
+    assert "truncate" in embed and "precision" in embed
+    page.shot("api-docs")
+    page.d.get(server + "/")
+
+
 def test_prediction_view(page):
     page.model("sst2")
     page.tab("predict")
     page.run("predict")
-    assert page.find("#pred-label").text in ("label: 0", "label: 1")
+    assert page.find("#pred-label").text in ("label: negative (0)", "label: positive (1)")
     assert len(page.all("#out-predict .bar-row")) == 2
     page.shot("prediction")
     page.model("conll2003")
@@ -241,3 +256,39 @@ def test_architecture_view(page):
     assert len(page.all("#out-arch .head")) == 12
     assert "6 × encoder layer" in page.find("#out-arch .block.layer h3").text
     page.shot("architecture")
+
+
+def test_the_page_says_what_it_shows_and_offers_only_what_works(page, server):
+    """Errors stay with their view and replace the result they failed to make; switching
+    models clears the old model's results; Fill is off for a model without an MLM head; Enter
+    runs a view; SST-2's labels read as names; a single-sentence task shows no second-text
+    field; the page has a favicon."""
+    page.model(MINILM)
+    assert page.find("#run-fill").get_attribute("disabled") is not None  # MiniLM: no MLM head
+    assert "no trained masked-LM head" in page.find("#run-fill").get_attribute("title")
+    page.model("mlm")
+    assert page.find("#run-fill").get_attribute("disabled") is None
+    page.tab("tokens")
+    page.find("#tok-pair").clear()
+    page.find("#tok-pair").send_keys("Enter runs the view\n")  # no click
+    WebDriverWait(page.d, 30).until(lambda d: page.all("#out-tokens .piece"))
+    page.model(MINILM)
+    assert page.all("#out-tokens .piece") == []  # the other model's pieces are gone
+    page.tab("similarity")
+    page.type("#sim-texts", "a cat\na dog")
+    page.run("similarity")
+    assert page.all("#sim-table")
+    page.type("#sim-texts", "x " * 600)  # over the server's token limit: a 413
+    page.run("similarity", expect="error")
+    assert "413" in page.find("#error").text and page.all("#sim-table") == []
+    page.tab("tokens")
+    assert not page.find("#error").is_displayed()  # the error was the similarity view's
+    page.model("sst2")
+    page.tab("predict")
+    assert page.all("#predict-pair") == []  # SST-2 reads one sentence
+    assert "negative (0)" in page.find("#predict-help").text
+    page.run("predict")
+    assert page.find("#pred-label").text in ("label: negative (0)", "label: positive (1)")
+    icon = page.find('link[rel="icon"]').get_attribute("href")
+    with urllib.request.urlopen(icon, timeout=5) as r:
+        assert r.status == 200 and b"<svg" in r.read()

@@ -96,7 +96,10 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None,
         yield
         await app.state.batcher.stop()
 
-    app = FastAPI(title="bertkit serve", version="1", lifespan=lifespan,
+    # docs_url=None: FastAPI's /docs loads Swagger UI from a CDN, a blank page offline; /docs is
+    # a page of the package's own, drawn from /openapi.json
+    app = FastAPI(title="bertkit serve", version="1", lifespan=lifespan, docs_url=None,
+                  redoc_url=None,
                   description="BERT over HTTP: tokenization, embeddings, similarity, fill-mask, "
                   "NSP, fine-tuned predictions, attention maps and per-layer vectors.")
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
@@ -109,6 +112,10 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None,
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:
         return FileResponse(str(STATIC / "index.html"))
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> FileResponse:
+        return FileResponse(str(STATIC / "api.html"))
 
     return app
 

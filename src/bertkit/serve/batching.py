@@ -69,6 +69,7 @@ class DynamicBatcher:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-forward")
         self.stats = BatchStats()
         self._worker: asyncio.Task | None = None
+        self._next: Job | None = None  # taken from the queue, but it did not fit the last batch
 
     def start(self) -> None:
         if self._worker is None:
@@ -97,8 +98,11 @@ class DynamicBatcher:
         return await job.future
 
     async def _gather(self) -> list[Job]:
-        """The first waiting job, then whatever arrives within max_wait up to max_batch texts."""
-        jobs = [await self.queue.get()]
+        """The first waiting job, then whatever arrives within max_wait, up to max_batch texts:
+        a job that would go over waits for the next batch (a job larger than max_batch alone
+        is its own batch)."""
+        jobs = [self._next or await self.queue.get()]
+        self._next = None
         size = jobs[0].size
         deadline = time.perf_counter() + self.max_wait
         while size < self.max_batch:
@@ -107,6 +111,9 @@ class DynamicBatcher:
                 job = self.queue.get_nowait() if remaining <= 0 else \
                     await asyncio.wait_for(self.queue.get(), remaining)
             except (asyncio.QueueEmpty, asyncio.TimeoutError):
+                break
+            if size + job.size > self.max_batch:
+                self._next = job
                 break
             jobs.append(job)
             size += job.size

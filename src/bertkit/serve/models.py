@@ -70,6 +70,9 @@ class ServedModel:
                 "task": self.task.name if self.task else None,
                 "head": type(self.head).__name__ if self.head is not None else None,
                 "heads": self.heads, "labels": labels,
+                # for people: what the labels mean, and whether the task reads a second text
+                "label_names": getattr(self.task, "label_names", None),
+                "pairs": getattr(self.task, "takes_pairs", True),
                 "regression": bool(self.task and self.task.regression),
                 "config": {k: v for k, v in self.config.to_dict().items()
                            if not isinstance(v, (dict, list))},

@@ -190,16 +190,21 @@ class GlueSpec:
     text_b: str | None
     label: str
     no_header: tuple[str, ...] = ()  # column names of files without a header row (CoLA)
+    names: tuple[str, ...] | None = None  # what numeric labels mean, for people (0 -> negative)
     dev_splits: tuple[tuple[str, str], ...] = (("dev", ""),)  # split, metric-name suffix
 
 
 GLUE_TASKS: dict[str, GlueSpec] = {
     "cola": GlueSpec("CoLA", "mcc", ["0", "1"], "sentence", None, "label",
-                     no_header=("source", "label", "mark", "sentence")),
-    "sst2": GlueSpec("SST-2", "accuracy", ["0", "1"], "sentence", None, "label"),
-    "mrpc": GlueSpec("MRPC", "f1", ["0", "1"], "#1 String", "#2 String", "Quality"),
+                     no_header=("source", "label", "mark", "sentence"),
+                     names=("unacceptable", "acceptable")),
+    "sst2": GlueSpec("SST-2", "accuracy", ["0", "1"], "sentence", None, "label",
+                     names=("negative", "positive")),
+    "mrpc": GlueSpec("MRPC", "f1", ["0", "1"], "#1 String", "#2 String", "Quality",
+                     names=("not_equivalent", "equivalent")),
     "stsb": GlueSpec("STS-B", "spearman", None, "sentence1", "sentence2", "score"),
-    "qqp": GlueSpec("QQP", "f1", ["0", "1"], "question1", "question2", "is_duplicate"),
+    "qqp": GlueSpec("QQP", "f1", ["0", "1"], "question1", "question2", "is_duplicate",
+                    names=("not_duplicate", "duplicate")),
     "mnli": GlueSpec("MNLI", "accuracy", ["contradiction", "entailment", "neutral"],
                      "sentence1", "sentence2", "gold_label",
                      dev_splits=(("dev_matched", ""), ("dev_mismatched", "_mismatched"))),
@@ -207,7 +212,8 @@ GLUE_TASKS: dict[str, GlueSpec] = {
                      "label"),
     "rte": GlueSpec("RTE", "accuracy", ["entailment", "not_entailment"], "sentence1", "sentence2",
                     "label"),
-    "wnli": GlueSpec("WNLI", "accuracy", ["0", "1"], "sentence1", "sentence2", "label"),
+    "wnli": GlueSpec("WNLI", "accuracy", ["0", "1"], "sentence1", "sentence2", "label",
+                     names=("not_entailment", "entailment")),
 }
 
 
@@ -232,6 +238,9 @@ class GlueTask(ClassificationTask):
         self.main_metric = self.spec.main_metric
         self.labels = self.spec.labels
         self.regression = self.spec.labels is None
+        self.takes_pairs = self.spec.text_b is not None
+        self.label_names = (dict(zip(self.spec.labels, self.spec.names))
+                            if self.spec.names and self.spec.labels else None)
         self._score = _metric_fn(self.spec.main_metric)
 
     def find_file(self, data_dir: Path, split: str) -> Path:

@@ -41,6 +41,13 @@ function truncationNote(cut) {
     `Cut to the ${cut[0].kept} tokens this model reads (the rest did not count): ${items}`)];
 }
 
+// Empty a view's result: its fixed slots (class "slot") stay, emptied.
+function clearOut(out) {
+  const slots = out.querySelectorAll(":scope > .slot");
+  if (slots.length) slots.forEach((s) => s.replaceChildren());
+  else out.replaceChildren();
+}
+
 function wire(view, run) {
   const button = $(`run-${view}`);
   if (!button) return;
@@ -49,7 +56,7 @@ function wire(view, run) {
     const out = $(`out-${view}`);
     out.dataset.state = "running";
     try { await run(out); out.dataset.state = "done"; }
-    catch (err) { showError(err); out.dataset.state = "error"; }
+    catch (err) { clearOut(out); showError(err); out.dataset.state = "error"; }
     finally { button.disabled = false; }
   });
 }
@@ -224,12 +231,19 @@ function setupPredict() {
   }
   $("run-predict").disabled = false;
   $("predict-help").textContent = `${m.name}: fine-tuned for ${m.task}` +
-    (m.labels ? ` (labels: ${m.labels.join(", ")})` : "");
-  fields.replaceChildren(...PREDICT_FIELDS[m.head].map(([name, placeholder, value]) =>
+    (m.labels ? ` (labels: ${m.labels.map((l) => labelName(m, l)).join(", ")})` : "");
+  const used = PREDICT_FIELDS[m.head].filter(([name]) => name !== "pair" || m.pairs !== false);
+  fields.replaceChildren(...used.map(([name, placeholder, value]) =>
     name === "endings" || name === "context"
       ? el("textarea", { id: `predict-${name}`, rows: name === "endings" ? 4 : 3, placeholder })
       : el("input", { id: `predict-${name}`, placeholder })));
-  PREDICT_FIELDS[m.head].forEach(([name, , value]) => { $(`predict-${name}`).value = value; });
+  used.forEach(([name, , value]) => { $(`predict-${name}`).value = value; });
+}
+
+// A label as people read it: "positive (1)" where the task names its labels, else as it is.
+function labelName(m, label) {
+  const name = m.label_names && m.label_names[label];
+  return name ? `${name} (${label})` : label;
 }
 
 function highlight(text, spans, cls, label) {  // spans: [{start, end, type?}]
@@ -249,8 +263,8 @@ function highlight(text, spans, cls, label) {  // spans: [{start, end, type?}]
 function renderPrediction(m, record, p) {
   if (m.head === "BertForSequenceClassification") {
     if (p.scores === undefined) return el("div", { id: "pred-score" }, `score: ${p.score.toFixed(3)}`);
-    return el("div", {}, el("h4", { id: "pred-label" }, `label: ${p.label}`),
-      bars(Object.entries(p.scores).map(([k, v]) => [k, v, `${(100 * v).toFixed(1)}%`])));
+    return el("div", {}, el("h4", { id: "pred-label" }, `label: ${labelName(m, p.label)}`),
+      bars(Object.entries(p.scores).map(([k, v]) => [labelName(m, k), v, `${(100 * v).toFixed(1)}%`])));
   }
   if (m.head === "BertForTokenClassification") {
     const spans = p.entities.filter((e) => e.start !== undefined);
@@ -271,6 +285,7 @@ wire("predict", async (out) => {
   const m = currentModel();
   const record = {};
   for (const [name] of PREDICT_FIELDS[m.head]) {
+    if (!$(`predict-${name}`)) continue;  // a field this task does not read
     const v = $(`predict-${name}`).value;
     if (name === "endings") record.endings = v.split("\n").map((t) => t.trim()).filter(Boolean);
     else if (v.trim()) record[name] = v;
@@ -319,6 +334,7 @@ function renderArch() {
 
 // ---- page -----------------------------------------------------------------------------------
 function showView(view) {
+  $("error").hidden = true;  // an error belongs to the view that made it
   document.querySelectorAll("#tabs button").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
   document.querySelectorAll(".view").forEach((s) => { s.hidden = s.id !== `view-${view}`; });
   if (view === "arch") renderArch();
@@ -329,12 +345,27 @@ function onModelChange() {
   $("model-summary").textContent = m ? `${m.kind}${m.task ? " · " + m.task : ""} · ${m.config.num_hidden_layers} layers × `
     + `${m.config.num_attention_heads} heads · ${fmt(m.parameters.total)} parameters` : "";
   setupPredict();
+  // results of the previous model would read as this one's: clear them
+  document.querySelectorAll("[id^='out-']").forEach((out) => { if (out.id !== "out-arch") clearOut(out); });
+  $("error").hidden = true;
+  const fill = $("run-fill");
+  if (fill && m) {
+    const can = (m.heads || []).includes("mlm");
+    fill.disabled = !can;
+    fill.title = can ? "" : `${m.name} has no trained masked-LM head (a bertkit pretrain model has one)`;
+  }
   if (!$("view-arch").hidden) renderArch();
 }
 
 async function init() {
   document.querySelectorAll("#tabs button").forEach((b) => b.addEventListener("click", () => showView(b.dataset.view)));
   $("model").addEventListener("change", onModelChange);
+  document.addEventListener("keydown", (e) => {  // Enter in a field (Ctrl+Enter in a text box) runs its view
+    const tag = e.target.tagName;
+    if (e.key !== "Enter" || !(tag === "INPUT" || (tag === "TEXTAREA" && (e.ctrlKey || e.metaKey)))) return;
+    const run = e.target.closest(".view")?.querySelector("button[id^='run-']");
+    if (run && !run.disabled) { e.preventDefault(); run.click(); }
+  });
   try {
     MODELS = (await api("/models")).models;
   } catch (err) { showError(err); return; }
