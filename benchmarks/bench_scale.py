@@ -45,6 +45,18 @@ def timed(argv: list[str]) -> tuple[float, float]:
     return seconds, usage.ru_maxrss / 2**20  # KiB -> GiB
 
 
+HELD_OUT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wikitext-2" / "wiki.test.raw"
+
+
+def held_out(vocab: Path) -> str:
+    """Tokens per word and [UNK] rate of WikiText-2 test under a vocabulary."""
+    from bertkit.tokenization import BertTokenizer
+    from bertkit.tokenization.counting import count_files, segmentation_stats
+
+    stats = segmentation_stats(BertTokenizer.from_pretrained(vocab), count_files([HELD_OUT]))
+    return f"{stats.tokens_per_word:.4f} tokens/word, [UNK] {stats.unk_rate:.3%}"
+
+
 def same_shards(a: Path, b: Path) -> bool:
     names = sorted(p.name for p in a.iterdir() if p.is_dir())
     if names != sorted(p.name for p in b.iterdir() if p.is_dir()):
@@ -61,6 +73,10 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=30522)
     ap.add_argument("--parts", type=int, default=4, help="0: skip the --part comparison")
     ap.add_argument("--skip", default="", help="comma-separated: vocab,reference,prepare")
+    ap.add_argument("--max-words", default="",
+                    help="comma-separated caps: also train with `vocab train --max-words N` and "
+                    "compare each vocabulary with the full counts' (shared pieces, held-out "
+                    "tokens/word on WikiText-2 test)")
     args = ap.parse_args()
     files = sorted(str(p) for p in args.corpus.glob("*.txt"))
     size = sum(os.path.getsize(f) for f in files) / 2**20
@@ -77,6 +93,16 @@ def main() -> None:
                             str(args.workers), "--no-progress"])
             print(f"vocab train (bertkit): {s:,.0f} s, {size / s:.2f} MiB/s "
                   f"({size / s / args.workers:.2f} per worker), peak {gib:.2f} GiB", flush=True)
+        for cap in filter(None, args.max_words.split(",")):
+            s, gib = timed([*BERTKIT, "vocab", "train", *files, "--vocab-size",
+                            str(args.vocab_size), "--output", str(out / f"vocab-{cap}"),
+                            "--workers", str(args.workers), "--max-words", cap, "--no-progress"])
+            full = set((out / "vocab" / "vocab.txt").read_text(encoding="utf-8").split("\n"))
+            pruned = set((out / f"vocab-{cap}" / "vocab.txt").read_text(encoding="utf-8").split("\n"))
+            print(f"vocab train --max-words {cap}: {s:,.0f} s, peak {gib:.2f} GiB; "
+                  f"{len(full & pruned) / len(full):.2%} of the full counts' pieces; held-out "
+                  f"{held_out(out / f'vocab-{cap}')} vs {held_out(out / 'vocab')} (full)",
+                  flush=True)
         if "reference" not in skip:
             s, gib = timed([sys.executable, "-c", REFERENCE, str(args.vocab_size), *files])
             print(f"vocab train (tokenizers' BertWordPieceTokenizer, its own threads): {s:,.0f} s,"

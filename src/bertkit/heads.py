@@ -1,8 +1,9 @@
 """Task heads on top of `BertModel`; each computes its loss when labels are given.
 
-`packed=True` (every head but span QA) runs the encoder's dense layers on the real tokens only
-(`BertModel.forward_unpadded`): the loss and its gradients are the padded forward's, because
-no loss reads a padding position. QA's start/end softmax spans the padding too, so it has none.
+`packed=True` (every head but span QA), or the batch's `PackedLayout` built by the collate, runs
+the encoder's dense layers on the real tokens only (`BertModel.forward_unpadded`): the loss and
+its gradients are the padded forward's, because no loss reads a padding position. QA's
+start/end softmax spans the padding too, so it has none.
 
 Shape legend: B batch, T tokens, H hidden, V vocabulary, P masked positions per sequence,
 K choices, L labels.
@@ -22,7 +23,7 @@ from torch import nn
 
 from bertkit.checkpoint import PretrainedMixin
 from bertkit.config import BertConfig
-from bertkit.model import BertModel, activation, init_weights
+from bertkit.model import BertModel, PackedLayout, activation, init_weights
 
 
 @dataclass
@@ -147,7 +148,7 @@ class BertForPreTraining(PretrainedMixin, nn.Module):
         labels: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         causal: bool = False,
-        packed: bool = False,
+        packed: bool | PackedLayout = False,
     ) -> PreTrainingOutput:
         out = self.bert(input_ids, token_type_ids, attention_mask, position_ids, causal=causal,
                         packed=packed)
@@ -179,7 +180,7 @@ class BertForMaskedLM(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
                 masked_lm_positions=None, masked_lm_ids=None, masked_lm_weights=None,
-                position_ids=None, causal: bool = False, packed: bool = False) -> HeadOutput:
+                position_ids=None, causal: bool = False, packed: bool | PackedLayout = False) -> HeadOutput:
         hidden = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
                            causal=causal, packed=packed).last_hidden_state  # (B, T, H)
         if masked_lm_positions is not None:
@@ -204,7 +205,7 @@ class BertForSequenceClassification(PretrainedMixin, nn.Module):
         init_head(self, (self.classifier,))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
-                position_ids=None, packed: bool = False) -> HeadOutput:
+                position_ids=None, packed: bool | PackedLayout = False) -> HeadOutput:
         pooled = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
                            packed=packed).pooler_output
         logits = self.classifier(self.dropout(pooled))  # (B, L)
@@ -229,7 +230,7 @@ class BertForTokenClassification(PretrainedMixin, nn.Module):
         init_head(self, (self.classifier,))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
-                position_ids=None, packed: bool = False) -> HeadOutput:
+                position_ids=None, packed: bool | PackedLayout = False) -> HeadOutput:
         hidden = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
                            packed=packed).last_hidden_state  # (B, T, H); zeros at padding if packed
         logits = self.classifier(self.dropout(hidden))  # (B, T, L)
@@ -284,7 +285,7 @@ class BertForMultipleChoice(PretrainedMixin, nn.Module):
         init_head(self, (self.classifier,))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
-                position_ids=None, packed: bool = False) -> HeadOutput:
+                position_ids=None, packed: bool | PackedLayout = False) -> HeadOutput:
         if input_ids.dim() != 3:
             raise ValueError(f"multiple choice input_ids must be (batch, choices, tokens), "
                              f"got {tuple(input_ids.shape)}")

@@ -79,6 +79,14 @@ class PackedLayout:
             start += count
         return cls(B, T, scatter, real.view(B, 1, 1, T), tuple(parts))
 
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> PackedLayout:
+        """The same layout with its index tensors on `device` (a layout built on the host from
+        the collate's mask: the device then never reads its lengths back)."""
+        move = (lambda t: None if t is None else t.to(device, non_blocking=non_blocking))  # noqa: E731
+        parts = None if self.parts is None else tuple(
+            (a, b, part.to(device, non_blocking)) for a, b, part in self.parts)
+        return PackedLayout(self.batch, self.max_len, move(self.scatter), move(self.mask), parts)
+
     @classmethod
     def left_aligned(cls, lengths: list[int], device) -> PackedLayout:
         """The (b, t) layout of b sequences whose tokens are packed end to end, each
@@ -310,12 +318,14 @@ class BertModel(PretrainedMixin, nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         causal: bool = False,
-        packed: bool = False,
+        packed: bool | PackedLayout = False,
     ) -> BertOutput:
         """`attention_mask` (B,T): 1 for real tokens, 0 for padding. `causal=True` also hides
         every later position (the left-to-right LM of the paper's ablation). `packed=True` runs
         the dense layers on the real tokens only (`forward_unpadded`): the same values at real
-        tokens, zeros at padding."""
+        tokens, zeros at padding. A `PackedLayout` for `packed` is that layout, built on the host
+        from the batch's mask by the collate (`PackedLayout.from_mask`, then `.to(device)`):
+        on a GPU, building it here would read the lengths back from the device."""
         check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids)
         B, T = input_ids.shape
         if token_type_ids is None:
@@ -324,8 +334,10 @@ class BertModel(PretrainedMixin, nn.Module):
             position_ids = torch.arange(T, device=input_ids.device).unsqueeze(0)  # (1, T)
         mask = attention_bool_mask(attention_mask, T, causal, input_ids.device)
         extras = causal or output_hidden_states or output_attentions or _exporting()
-        if packed and mask is not None and not extras:
-            return self.forward_unpadded(input_ids, token_type_ids, position_ids, attention_mask)
+        if packed is not False and mask is not None and not extras:
+            layout = packed if isinstance(packed, PackedLayout) else None
+            return self.forward_unpadded(input_ids, token_type_ids, position_ids, attention_mask,
+                                         layout)
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
@@ -345,13 +357,18 @@ class BertModel(PretrainedMixin, nn.Module):
 
 
     def forward_unpadded(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
-                         position_ids: torch.Tensor, attention_mask: torch.Tensor) -> BertOutput:
+                         position_ids: torch.Tensor, attention_mask: torch.Tensor,
+                         layout: PackedLayout | None = None) -> BertOutput:
         """`forward` of a padded batch with the dense layers (embeddings, projections, FFN,
         LayerNorms) on the S real tokens only; attention alone sees the (B, T) layout. Training
         uses it too: the loss and every gradient equal the padded forward's (dropout aside,
         whose masks are drawn over other shapes). Padding positions come back as zeros."""
         B, T = input_ids.shape
-        layout = PackedLayout.from_mask(attention_mask)
+        if layout is None:
+            layout = PackedLayout.from_mask(attention_mask)
+        elif (layout.batch, layout.max_len) != (B, T):
+            raise ValueError(f"packed layout of {(layout.batch, layout.max_len)} for a batch of "
+                             f"{(B, T)}")
         positions = position_ids.expand(B, T)  # (B, T)
         ids, types, pos = (t.reshape(-1).index_select(0, layout.scatter)  # 3 x (S,)
                            for t in (input_ids, token_type_ids, positions))

@@ -328,6 +328,52 @@ def test_no_host_sync_inside_a_step_between_sync_points(tmp_path, monkeypatch):
     assert per_step[4] == 1 and reads.reads.count((4, "tolist")) == 1  # the sync point's read
 
 
+def test_packed_fine_tuning_steps_read_nothing_back_either(tmp_path, monkeypatch):
+    """Fine-tuning's packed forward on the GPU branches: the layout of the real tokens comes
+    from the collate (built on the host from the batch's mask), so steps between sync points
+    still read nothing back; the losses equal the padded forward's."""
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.model import GROUP_COST
+    from bertkit.switches import DEVICE_GENERIC
+    from bertkit.training import loop
+    from bertkit.training.finetune import packed_batch
+
+    monkeypatch.setenv(DEVICE_GENERIC, "1")
+    gen = torch.Generator().manual_seed(3)
+    data = [{"input_ids": torch.randint(5, VOCAB, (int(n),), generator=gen), "labels": i % 2}
+            for i, n in enumerate(torch.randint(3, T, (32,), generator=gen))]
+
+    def pad(items):
+        L = max(len(it["input_ids"]) for it in items)
+        ids = torch.zeros(len(items), L, dtype=torch.long)
+        for b, it in enumerate(items):
+            ids[b, :len(it["input_ids"])] = it["input_ids"]
+        return {"input_ids": ids, "attention_mask": (ids > 0).long(),
+                "labels": torch.tensor([it["labels"] for it in items])}
+
+    def model():
+        torch.manual_seed(1)
+        return BertForSequenceClassification(BertConfig(
+            vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0, id2label={0: "a", 1: "b"}))
+
+    steps: list = []
+    step = loop._train_step
+    monkeypatch.setattr(loop, "_train_step", lambda *a: steps.append(1) or step(*a))
+    reads = HostReads(steps)
+    kw = {"max_steps": 8, "log_every": 4, "save_every": 0}
+    with reads:
+        packed = train(model(), data, lambda items: packed_batch(pad, float("inf"), items),
+                       config(tmp_path / "packed", **kw))
+    per_step = Counter(s for s, _ in reads.reads)
+    assert all(per_step[s] == 0 for s in (1, 2, 3, 5, 6, 7)), reads.reads
+    padded = train(model(), data, pad, config(tmp_path / "padded", **kw))
+    assert packed.losses == pytest.approx(padded.losses, rel=1e-4)
+    grouped = packed_batch(pad, GROUP_COST, data[:8])["packed"]
+    assert grouped.parts is not None  # the CPU's length groups, when the device is the CPU
+
+
 def _child(mode: str, out: str, *rest: str) -> None:
     """The killed child (mode kill) and the torchrun worker (mode ddp)."""
     if mode == "kill":

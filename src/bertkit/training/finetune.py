@@ -31,10 +31,12 @@ from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.errors import BertkitError
 from bertkit.heads import HEAD_CLASSES
 from bertkit.io import atomic_write_text, check_output_dir, claim_output_dir
+from bertkit.model import GROUP_COST, PackedLayout, cpu_branches
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task, get_task
 from bertkit.tasks.base import run_model, split_dev
 from bertkit.tasks.feature_based import load_feature_model
 from bertkit.tokenization import BertTokenizer
+from bertkit.training.hardware import resolve_device
 from bertkit.training.loop import TrainConfig, train
 from bertkit.training.state import list_checkpoints
 from bertkit.training.stream import stream_seed
@@ -313,16 +315,24 @@ def run_one(cfg: FinetuneConfig) -> dict[str, Any]:
 
 
 def training_collate(task: Task, model: nn.Module, cfg: FinetuneConfig):
-    """The task's collate; with `cfg.packed`, training batches also ask the head for its
-    unpadded forward (`BertModel.forward_unpadded`) where it has one (every head but span QA):
-    the loss and the gradients are the padded forward's, without the work on padding."""
+    """The task's collate; with `cfg.packed`, training batches also carry the layout of their
+    real tokens for the head's unpadded forward (`BertModel.forward_unpadded`) where it has one
+    (every head but span QA): the loss and the gradients are the padded forward's, without the
+    work on padding. The layout is built here, on the host, with the training device's
+    attention groups, so that the device never reads the lengths back."""
     if cfg.packed and "packed" in inspect.signature(model.forward).parameters:
-        return functools.partial(_packed_batch, task.collate)
+        device = resolve_device(cfg.train.device)
+        group_cost = GROUP_COST if cpu_branches(device) else math.inf
+        return functools.partial(packed_batch, task.collate, group_cost)
     return task.collate
 
 
-def _packed_batch(collate, features) -> dict[str, Any]:
-    return {**collate(features), "packed": True}
+def packed_batch(collate, group_cost: float, features) -> dict[str, Any]:
+    batch = collate(features)
+    mask = batch["attention_mask"]  # (B, T), or (B, K, T) for multiple choice: the head
+    # flattens its choices to (B*K, T) rows, the layout's
+    return {**batch, "packed": PackedLayout.from_mask(mask.reshape(-1, mask.shape[-1]),
+                                                       group_cost)}
 
 
 def feature_lengths(features: list[dict[str, Any]]) -> list[int]:
