@@ -208,6 +208,12 @@ def test_malformed_bodies(client):
     streamed = (b"x" * 1000 for _ in range(30))  # no Content-Length: counted as it arrives
     assert "over the limit" in detail(client.post("/embed", content=streamed), 413)
     assert detail(client.get("/embed"), 405) == "Method Not Allowed"
+    assert client.get("/embed").headers["allow"] == "POST"
+    json_type = {"Content-Type": "application/json"}
+    for body in (b'{"texts": ["\xff\xfe not utf-8"]}',  # as the README says: 422, like bad JSON
+                 ('{"texts": ' + "[" * 5000 + "]" * 5000 + "}").encode()):  # nests too deep
+        assert "not JSON in UTF-8" in detail(client.post("/embed", content=body,
+                                                         headers=json_type), 422)
     assert client.get("/health").status_code == 200
 
 

@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bertkit.errors import BertkitError
 from bertkit.serve import predict as predict_mod
@@ -284,6 +285,15 @@ def add_error_handlers(app: FastAPI) -> None:
         parts = [("/".join(str(x) for x in e.get("loc", ()) if x != "body") or "body") + ": "
                  + e["msg"] for e in err.errors()]
         return error(422, "invalid request: " + "; ".join(parts))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        # a body that is not UTF-8 JSON (or nests past the parser's depth) is as malformed as
+        # broken JSON, which FastAPI answers 422: one status for both, as the README says
+        if err.status_code == 400 and "parsing the body" in str(err.detail):
+            return error(422, "invalid request: the body is not JSON in UTF-8 (or nests too "
+                         "deeply to parse)")
+        return error(err.status_code, str(err.detail), **(err.headers or {}))
 
     @app.exception_handler(TooLarge)
     async def too_large(request: Request, err: TooLarge) -> JSONResponse:
