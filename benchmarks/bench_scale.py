@@ -73,6 +73,9 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=30522)
     ap.add_argument("--parts", type=int, default=4, help="0: skip the --part comparison")
     ap.add_argument("--skip", default="", help="comma-separated: vocab,reference,prepare")
+    ap.add_argument("--tokenizer", type=Path,
+                    help="prepare with this vocabulary (with --skip vocab) instead of the one "
+                    "trained here")
     ap.add_argument("--max-words", default="",
                     help="comma-separated caps: also train with `vocab train --max-words N` and "
                     "compare each vocabulary with the full counts' (shared pieces, held-out "
@@ -109,9 +112,10 @@ def main() -> None:
                   f" {size / s:.2f} MiB/s, peak {gib:.2f} GiB", flush=True)
         if "prepare" in skip:
             return
-        if not (out / "vocab").is_dir():
-            raise SystemExit("prepare needs the vocabulary: do not skip vocab")
-        common = ["prepare", *files, "--tokenizer", str(out / "vocab"), "--format", "wikitext",
+        vocab = args.tokenizer or out / "vocab"
+        if not vocab.is_dir():
+            raise SystemExit("prepare needs a vocabulary: do not skip vocab, or give --tokenizer")
+        common = ["prepare", *files, "--tokenizer", str(vocab), "--format", "wikitext",
                   "--max-seq-length", "128", "--dupe-factor", "1", "--no-progress"]
         one, gib = timed([*BERTKIT, *common, "--output", str(out / "one"), "--workers",
                           str(args.workers)])

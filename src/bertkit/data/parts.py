@@ -35,6 +35,7 @@ from bertkit.data.prepare import (
     ShardWriter,
     complete,
     fresh_meta,
+    meta_to_continue,
     open_output,
     run_chunks,
     write_meta,
@@ -130,17 +131,8 @@ def _open_part(out: Path, fresh: dict[str, Any], resume: bool, overwrite: bool) 
         ("chunk-", ".chunk-", ".meta.json."))]
     if len(ours) != len(entries):
         raise BertkitError(f"{out}: exists and holds other files; choose an empty --output")
-    meta = fresh
-    if (out / shard_io.META_NAME).exists():
-        old = shard_io.read_meta_any(out)
-        same = all(old.get(k) == fresh[k] for k in (*_SAME, "part", "parts", "format"))
-        if resume and not same:
-            raise BertkitError(f"{out}: holds another part or other inputs, parameters or "
-                               "tokenizer; use a new --output (or --overwrite)")
-        if not resume and not overwrite:
-            raise BertkitError(f"{out}: already holds a prepared part; pass --resume to finish "
-                               "it or --overwrite to replace it")
-        meta = old if resume else fresh
+    meta = meta_to_continue(out, fresh, (*_SAME, "part", "parts", "format"), resume, overwrite,
+                            "a prepared part", shard_io.read_meta_any)
     keep = {piece_name(int(k)) for k in meta["chunks"]} | {shard_io.META_NAME}
     for entry in ours:
         if entry.name not in keep or meta is fresh:

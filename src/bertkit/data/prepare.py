@@ -204,6 +204,22 @@ def fresh_meta(paths: Sequence[str | os.PathLike], tokenizer, config: PrepareCon
     }
 
 
+def meta_to_continue(out: Path, fresh: dict, same_keys: Sequence[str], resume: bool,
+                     overwrite: bool, what: str, read: Any) -> dict:
+    """The existing meta.json of `out` (with --resume, when it was made from the same
+    `same_keys`) or `fresh` (none yet, or --overwrite); anything else is refused."""
+    if not (out / shard_io.META_NAME).exists():
+        return fresh
+    old = read(out)
+    if resume and not all(old.get(k) == fresh[k] for k in same_keys):
+        raise BertkitError(f"{out}: was prepared from other inputs, parameters or tokenizer; "
+                           "use a new --output (or --overwrite)")
+    if not resume and not overwrite:
+        raise BertkitError(f"{out}: already holds {what}; pass --resume to finish it or "
+                           "--overwrite to replace it")
+    return old if resume else fresh
+
+
 def open_output(out: Path, fresh: dict, resume: bool, overwrite: bool) -> dict:
     """The meta to continue from: the existing one (--resume) or `fresh`; removes partial shards
     (a temporary directory, or a shard renamed into place but not yet recorded)."""
@@ -212,17 +228,8 @@ def open_output(out: Path, fresh: dict, resume: bool, overwrite: bool) -> dict:
     entries = list(out.iterdir()) if out.is_dir() else []
     if any(not _is_ours(e) for e in entries) and not (out / shard_io.META_NAME).exists():
         raise BertkitError(f"{out}: exists and holds other files; choose an empty --output")
-    meta = fresh
-    if (out / shard_io.META_NAME).exists():
-        old = shard_io.read_meta(out)
-        same = all(old.get(k) == fresh[k] for k in ("inputs", "params", "tokenizer"))
-        if resume and not same:
-            raise BertkitError(f"{out}: was prepared from other inputs, parameters or tokenizer; "
-                               "use a new --output (or --overwrite)")
-        if not resume and not overwrite:
-            raise BertkitError(f"{out}: already holds prepared data; pass --resume to finish it "
-                               "or --overwrite to replace it")
-        meta = old if resume else fresh
+    meta = meta_to_continue(out, fresh, ("inputs", "params", "tokenizer"), resume, overwrite,
+                            "prepared data", shard_io.read_meta)
     keep = {s["name"] for s in meta["shards"]} | ({shard_io.META_NAME} if meta is not fresh else set())
     for entry in entries:
         if _is_ours(entry) and entry.name not in keep:
