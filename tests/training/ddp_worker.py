@@ -77,11 +77,13 @@ def main() -> None:
                       lr=1e-3, warmup_steps=1, save_every=args.save_every, keep=0,
                       log_every=1, progress=False, precision="fp32", device="cpu",
                       resume=args.resume, seed=5)
-    result = train(model, dataset, collate, cfg, step_metrics=pretraining_metrics)
-    if distributed.rank() == 0:
-        first = result.step - len(result.losses)
-        (out / f"losses-{first}.json").write_text(json.dumps(result.losses))
-    distributed.teardown()
+    try:
+        result = train(model, dataset, collate, cfg, step_metrics=pretraining_metrics)
+        if distributed.rank() == 0:
+            first = result.step - len(result.losses)
+            (out / f"losses-{first}.json").write_text(json.dumps(result.losses))
+    finally:  # a process group left at exit aborts the interpreter (gloo's threads)
+        distributed.teardown()
 
 
 if __name__ == "__main__":
