@@ -62,7 +62,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace existing prepared data")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_prepare)
+    _register_merge(subparsers)
 
+
+def _register_merge(subparsers: argparse._SubParsersAction) -> None:
     m = subparsers.add_parser(
         "merge-shards",
         help="join the parts of `prepare --part I/N` into one prepared folder",

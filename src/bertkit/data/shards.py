@@ -179,15 +179,20 @@ def open_shard_budget(limit: int | None = None) -> int:
     RLIMIT_NOFILE, or `limit`) for their 7 memory maps each, leaving the rest to torch,
     DataLoader workers' pipes and the user's files; between 1 and 128."""
     if limit is None:
-        try:
-            import resource
-
-            limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        except (ImportError, OSError, ValueError):
-            limit = 1024
+        limit = descriptor_limit() or 1024
         if limit < 0:  # RLIM_INFINITY
             limit = 1 << 20
     return max(1, min(128, limit // 4 // len(ARRAY_NAMES)))
+
+
+def descriptor_limit() -> int | None:
+    """The process's soft limit on open files (RLIMIT_NOFILE), None where it cannot be read."""
+    try:
+        import resource
+
+        return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
 
 
 def _expected_sizes(entry: dict[str, Any], dtype: np.dtype) -> dict[str, int]:
@@ -204,14 +209,9 @@ def _expected_sizes(entry: dict[str, Any], dtype: np.dtype) -> dict[str, int]:
 
 def too_many_open_files(err: OSError, where: Path) -> BertkitError:
     """EMFILE as what it is: the process's descriptor limit, not damage."""
-    limit = "unknown"
-    try:
-        import resource
-
-        limit = str(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    except (ImportError, OSError, ValueError):
-        pass
-    return BertkitError(f"{where}: too many open files (this process may open {limit}); raise "
+    limit = descriptor_limit()
+    return BertkitError(f"{where}: too many open files (this process may open "
+                        f"{'unknown' if limit is None else limit}); raise "
                         "the limit (`ulimit -n 4096`) or use fewer DataLoader workers")
 
 

@@ -111,13 +111,10 @@ def open_shards(path: str | os.PathLike | Sequence[str], tokenizer, config: Bert
     """Open prepared shards (one folder, or several read as one dataset), refusing another
     vocabulary, an over-long length or damage."""
     folders = data_folders(path)
-    for folder in folders:
-        if not folder.is_dir():
-            raise BertkitError(f"{folder}: shard folder not found (make it with `bertkit prepare`)")
-    path = folders[0] if len(folders) == 1 else Path(" + ".join(map(str, folders)))
     fingerprint = tokenizer.fingerprint() if tokenizer is not None else None
     dataset = ShardDataset(folders, tokenizer_fingerprint=fingerprint,
                            vocab_size=config.vocab_size)
+    path = dataset.path  # names the folder, or the folders joined, in messages
     if dataset.max_seq_length > config.max_position_embeddings:
         raise BertkitError(f"{path}: sequences of up to {dataset.max_seq_length} tokens, but the "
                            f"model has max_position_embeddings={config.max_position_embeddings}")
@@ -128,8 +125,12 @@ def open_shards(path: str | os.PathLike | Sequence[str], tokenizer, config: Bert
 
 
 def data_folders(data: str | os.PathLike | Sequence[str]) -> list[Path]:
-    """`--data`: one prepared folder, or several."""
-    return [Path(data)] if isinstance(data, (str, os.PathLike)) else [Path(d) for d in data]
+    """`--data`: one prepared folder, or several; each must exist."""
+    folders = [Path(data)] if isinstance(data, (str, os.PathLike)) else [Path(d) for d in data]
+    for folder in folders:
+        if not folder.is_dir():
+            raise BertkitError(f"{folder}: shard folder not found (make it with `bertkit prepare`)")
+    return folders
 
 
 def _check_readable(dataset: ShardDataset) -> None:
@@ -379,9 +380,6 @@ def run_pretraining(cfg: PretrainConfig) -> TrainResult:
     """The whole run: model, phase 1 (and phase 2), then the release export `OUTPUT/model`."""
     tokenizer = load_tokenizer(cfg)
     folders = data_folders(cfg.data)
-    for folder in folders:
-        if not folder.is_dir():
-            raise BertkitError(f"{folder}: shard folder not found (make it with `bertkit prepare`)")
     metas = [read_meta(folder) for folder in folders]
     config = model_config(cfg, int(metas[0]["tokenizer"]["vocab_size"]),
                           max(int(m["params"]["max_seq_length"]) for m in metas))
