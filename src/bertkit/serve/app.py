@@ -192,12 +192,15 @@ class Api:
         check_count(len(texts), self.limits.max_texts, "texts")
         counts = views.count_tokens(model, texts)
         check_tokens(counts, self.limits.max_tokens)
-        encoder = model.encoder(precision)
-        notes = {"precision": encoder.precision, "max_length": encoder.max_length,
-                 "truncated": truncations(counts, encoder.max_length, truncate)}
+        length = model.encoder().max_length  # every precision's copy reads the same length
+        cut = truncations(counts, length, truncate)
         key = ("embed", model.name, pooling, normalize, precision)
         vectors = await request.app.state.batcher.submit(
             key, views.embed_batch(model, precision, pooling, normalize), texts, len(texts))
+        # the forward thread made the encoder at `precision` (a bf16/int8 copy on first use):
+        # read what "auto" resolved to from it, rather than build a copy on the event loop
+        notes = {"precision": model.encoders[precision].precision, "max_length": length,
+                 "truncated": cut}
         return vectors, notes
 
     def head_routes(self, app: FastAPI) -> None:
