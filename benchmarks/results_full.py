@@ -1,0 +1,251 @@
+"""The full-size study behind docs/results.md's first table: whole training sets, the paper's
+recipe with its learning rate chosen on dev, bertkit and the `transformers` loop side by side.
+
+The plan, per task:
+1. the lr sweep: bertkit, one seed kept for it alone (SWEEP_SEED), each lr of the paper's grid;
+   the lr with the best dev score (the task's main metric) is the row's lr, for both systems.
+   A separate seed keeps the choice from favouring one of the reported seeds.
+2. the row: seeds 0-2 at that lr for bertkit, and for the reference as many as `ref_seeds`
+   (3 where a run takes minutes, 1 where it takes hours: the row says so).
+
+Every finished run is one line of the store (results.py's), so a stopped study goes on where it
+stopped; a bertkit run killed midway also resumes from its last epoch (its folder is kept under
+benchmarks/.study/ until it finishes), a reference run starts again. `run_study` keeps
+`workers` runs going side by side, one thread each, picking the first runnable job of the plan
+whenever one ends; the plan is re-read from the store each time, so it is never stale.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORK = REPO / "benchmarks" / ".study"  # bertkit's run folders until they finish (git-ignored)
+LR_GRID = (2e-5, 3e-5, 5e-5)
+SWEEP_SEED = 100
+SEEDS = 3
+
+# The paper's metrics per task (Table 1 footnotes; Table 2, 3, 7): the first one chooses the lr.
+# Order = the study's priority: minutes-long rows first, hour-long rows last.
+FULL = {
+    "cola": {"folder": "glue", "metrics": ["mcc"], "ref_seeds": 3},
+    "mrpc": {"folder": "glue", "metrics": ["f1", "accuracy"], "ref_seeds": 3},
+    "stsb": {"folder": "glue", "metrics": ["spearman", "pearson"], "ref_seeds": 3},
+    "rte": {"folder": "glue", "metrics": ["accuracy"], "ref_seeds": 3},
+    "conll2003": {"folder": "conll2003", "metrics": ["f1", "f1_test"], "ref_seeds": 1},
+    "sst2": {"folder": "glue", "metrics": ["accuracy"], "ref_seeds": 1},
+    # SQuAD: only dev files here, split by article (the first 80% of the articles train, the
+    # rest evaluate), length 384, stride 128, 2 epochs (the paper's SQuAD recipe).
+    "squad1": {"folder": "squad", "metrics": ["f1", "exact_match"], "ref_seeds": 1,
+               "split_dev": 0.2, "length": 384, "epochs": 2.0, "scale": 1},
+    "squad2": {"folder": "squad", "metrics": ["f1", "exact_match"], "ref_seeds": 1,
+               "split_dev": 0.2, "length": 384, "epochs": 2.0, "scale": 1},
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    task: str
+    lr: float
+    seed: int
+    system: str  # "bertkit" | "transformers"
+
+    @property
+    def name(self) -> str:
+        return f"{self.task}-lr{self.lr:g}-seed{self.seed}-{self.system}"
+
+    def argv(self) -> list[str]:
+        return ["--task", self.task, "--lr", f"{self.lr:g}", "--seed", str(self.seed),
+                "--system", self.system]
+
+
+def row_key(task: str, lr: float) -> str:
+    return f"{task}|full|lr={lr:g}|epochs={epochs(task):g}"
+
+
+def epochs(task: str) -> float:
+    return FULL[task].get("epochs", 3.0)
+
+
+def full_records(records: list[dict]) -> list[dict]:
+    return [r for r in records if r.get("size") == "full"]
+
+
+def done_jobs(records: list[dict]) -> set[Job]:
+    return {Job(r["task"], r["lr"], r["seed"], r["system"]) for r in full_records(records)}
+
+
+def chosen_lr(task: str, records: list[dict]) -> float | None:
+    """The grid's lr with the best sweep score on dev; None until the sweep is complete."""
+    metric = FULL[task]["metrics"][0]
+    sweep = {r["lr"]: r["metrics"][metric] for r in full_records(records)
+             if r["task"] == task and r["seed"] == SWEEP_SEED and r["system"] == "bertkit"}
+    if set(sweep) != set(LR_GRID):
+        return None
+    return max(LR_GRID, key=lambda lr: (sweep[lr], -lr))  # ties: the smaller lr
+
+
+def plan(records: list[dict], tasks: list[str]) -> tuple[list[Job], int]:
+    """The jobs that can run now (in priority order), and how many wait on a sweep."""
+    done = done_jobs(records)
+    ready, waiting = [], 0
+    for task in tasks:
+        ready += [j for lr in LR_GRID if (j := Job(task, lr, SWEEP_SEED, "bertkit")) not in done]
+        lr = chosen_lr(task, records)
+        row = [Job(task, lr or 0.0, seed, system) for seed in range(SEEDS)
+               for system in ("bertkit", "transformers")
+               if system == "bertkit" or seed < FULL[task]["ref_seeds"]]
+        if lr is None:
+            waiting += len(row)
+        else:
+            ready += [j for j in row if j not in done]
+    return ready, waiting
+
+
+def run_study(tasks: list[str], workers: int, store: Path, threads: int) -> None:
+    """Keep `workers` runs going (each a child `results.py` process) until the plan is empty."""
+    from results import read_store
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    running: dict[Job, subprocess.Popen] = {}
+    script = str(Path(__file__).with_name("results.py"))
+    while True:
+        for job, proc in list(running.items()):
+            if proc.poll() is not None:
+                del running[job]
+                status = "done" if proc.returncode == 0 else f"FAILED rc={proc.returncode}"
+                print(f"{time.strftime('%H:%M:%S')} {job.name}: {status}", flush=True)
+        ready, waiting = plan(read_store(store), tasks)
+        ready = [j for j in ready if j not in running]
+        if not ready and not running:
+            print(f"study: nothing left to run ({waiting} runs wait on a sweep that failed)"
+                  if waiting else "study: complete", flush=True)
+            return
+        while ready and len(running) < workers:
+            job = ready.pop(0)
+            log = (WORK / f"{job.name}.log").open("a")
+            cmd = [sys.executable, script, *job.argv(), "--threads", str(threads),
+                   "--side-by-side", str(workers), "--store", str(store)]
+            running[job] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                            cwd=REPO, env={**os.environ,
+                                                           "OMP_NUM_THREADS": str(threads)})
+            print(f"{time.strftime('%H:%M:%S')} {job.name}: started", flush=True)
+        time.sleep(5)
+
+
+def cpu_name() -> str:
+    """The CPU's model name and the flags that decide its speed classes (for every figure)."""
+    from bertkit.training.hardware import cpu_info
+
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    flags = cpu_info().flags
+    shown = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in flags]
+    return f"{model} ({', '.join(shown) or 'no AVX2'})"
+
+
+def record(job: Job, metrics: dict, timing: dict, side_by_side: int, threads: int) -> dict:
+    return {"row": row_key(job.task, job.lr), "size": "full", "task": job.task,
+            "system": job.system, "seed": job.seed, "lr": job.lr,
+            "role": "lr-sweep" if job.seed == SWEEP_SEED else "row",
+            "metric": FULL[job.task]["metrics"][0], "metrics": metrics, **timing,
+            "threads": threads, "side_by_side": side_by_side, "cpu": cpu_name(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def append(store: Path, rec: dict) -> None:
+    """One write of one line: children of the study append to the same store side by side."""
+    line = (json.dumps(rec) + "\n").encode()
+    fd = os.open(store, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+FULL_BEGIN, FULL_END = "<!-- full-table:begin -->", "<!-- full-table:end -->"
+
+
+def _stats(values: list[float]) -> tuple[float, float]:
+    from bertkit.metrics import mean_std
+
+    return mean_std(values)
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "–"
+    mean, std = _stats(values)
+    return f"{mean:.2f} ± {std:.2f} ({len(values)})"
+
+
+def _within(ours: list[float], ref: list[float]) -> str:
+    """Whether the gap is within the seed spread: bertkit's mean inside the reference's min-max
+    over its seeds; with one reference seed, that seed inside bertkit's min-max."""
+    if not ours or not ref:
+        return "–"
+    if len(ref) >= 2:
+        return "yes" if min(ref) <= _stats(ours)[0] <= max(ref) else "**no**"
+    return "yes¹" if min(ours) <= ref[0] <= max(ours) else "**no**¹"
+
+
+def _speed(runs: list[dict]) -> str:
+    """Seconds per epoch and training examples per second, from runs that were not resumed
+    (a resumed run's clock covers its last part only); † = not timed alone."""
+    timed = [r for r in runs if not r.get("resumed") and r.get("train_s")]
+    if not timed:
+        return "–"
+    per_epoch = _stats([r["train_s"] / epochs(r["task"]) for r in timed])[0]
+    rate = _stats([r["train_examples"] * epochs(r["task"]) / r["train_s"] for r in timed])[0]
+    shared = "†" if any(r.get("side_by_side", 1) > 1 for r in timed) else ""
+    return f"{per_epoch:,.0f} s, {rate:.1f}/s{shared}"
+
+
+def _sweep(task: str, records: list[dict]) -> str:
+    metric, scale = FULL[task]["metrics"][0], FULL[task].get("scale", 100)
+    got = {r["lr"]: scale * r["metrics"][metric] for r in records
+           if r["task"] == task and r["seed"] == SWEEP_SEED}
+    chosen = chosen_lr(task, records)
+    return ", ".join(("**" if lr == chosen else "") + f"{lr:g}: " +
+                     (f"{got[lr]:.1f}" if lr in got else "…") + ("**" if lr == chosen else "")
+                     for lr in LR_GRID)
+
+
+def full_table(records: list[dict]) -> list[str]:
+    """One line per task and metric, every task of the plan (a task not run yet says so)."""
+    records = full_records(records)
+    lines = ["| task (metric) | train examples | lr sweep (dev, seed 100; **chosen**) | "
+             "bertkit (seeds) | transformers (seeds) | Δ | within seed spread | "
+             "bertkit s/epoch, ex/s | transformers s/epoch, ex/s | command |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for task, spec in FULL.items():
+        lr = chosen_lr(task, records)
+        runs = {s: [r for r in records if r["task"] == task and r["system"] == s
+                    and r["seed"] != SWEEP_SEED and lr is not None and r["lr"] == lr]
+                for s in ("bertkit", "transformers")}
+        sized = [r["train_examples"] for r in records if r["task"] == task]
+        scale = spec.get("scale", 100)
+        command = f"`python benchmarks/results.py --study --task {task}`"
+        for metric in spec["metrics"]:
+            values = {s: [scale * r["metrics"][metric] for r in runs[s]] for s in runs}
+            gap = (f"{_stats(values['bertkit'])[0] - _stats(values['transformers'])[0]:+.2f}"
+                   if values["bertkit"] and values["transformers"] else "–")
+            lines.append(
+                f"| {task} ({metric}) | {f'{sized[0]:,}' if sized else '–'} | "
+                f"{_sweep(task, records)} | {_cell(values['bertkit'])} | "
+                f"{_cell(values['transformers'])} | {gap} | "
+                f"{_within(values['bertkit'], values['transformers'])} | "
+                f"{_speed(runs['bertkit'])} | {_speed(runs['transformers'])} | {command} |")
+    return lines
