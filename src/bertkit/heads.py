@@ -1,7 +1,7 @@
 """Task heads on top of `BertModel`; each computes its loss when labels are given.
 
-`packed=True` (every head but span QA), or the batch's `PackedLayout` built by the collate, runs
-the encoder's dense layers on the real tokens only (`BertModel.forward_unpadded`): the loss and
+`packed=True` (every head but span QA), or the batch's `VarlenLayout` built by the collate, runs
+the encoder's dense layers on the real tokens only (`BertModel.forward_varlen`): the loss and
 its gradients are the padded forward's, because no loss reads a padding position. QA's
 start/end softmax spans the padding too, so it has none.
 
@@ -23,7 +23,7 @@ from torch import nn
 
 from bertkit.checkpoint import PretrainedMixin
 from bertkit.config import BertConfig
-from bertkit.model import BertModel, PackedLayout, activation, init_weights
+from bertkit.model import BertModel, Dropout, VarlenLayout, activation, init_weights
 
 
 @dataclass
@@ -148,7 +148,7 @@ class BertForPreTraining(PretrainedMixin, nn.Module):
         labels: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         causal: bool = False,
-        packed: bool | PackedLayout = False,
+        packed: bool | VarlenLayout = False,
     ) -> PreTrainingOutput:
         out = self.bert(input_ids, token_type_ids, attention_mask, position_ids, causal=causal,
                         packed=packed)
@@ -180,7 +180,7 @@ class BertForMaskedLM(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
                 masked_lm_positions=None, masked_lm_ids=None, masked_lm_weights=None,
-                position_ids=None, causal: bool = False, packed: bool | PackedLayout = False) -> HeadOutput:
+                position_ids=None, causal: bool = False, packed: bool | VarlenLayout = False) -> HeadOutput:
         hidden = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
                            causal=causal, packed=packed).last_hidden_state  # (B, T, H)
         if masked_lm_positions is not None:
@@ -200,12 +200,12 @@ class BertForSequenceClassification(PretrainedMixin, nn.Module):
         super().__init__()
         self.config = config
         self.bert = BertModel(config)
-        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.dropout = Dropout(classifier_dropout(config))
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         init_head(self, (self.classifier,))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
-                position_ids=None, packed: bool | PackedLayout = False) -> HeadOutput:
+                position_ids=None, packed: bool | VarlenLayout = False) -> HeadOutput:
         pooled = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
                            packed=packed).pooler_output
         logits = self.classifier(self.dropout(pooled))  # (B, L)
@@ -225,12 +225,12 @@ class BertForTokenClassification(PretrainedMixin, nn.Module):
         super().__init__()
         self.config = config
         self.bert = BertModel(config, add_pooling_layer=False)
-        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.dropout = Dropout(classifier_dropout(config))
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         init_head(self, (self.classifier,))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
-                position_ids=None, packed: bool | PackedLayout = False) -> HeadOutput:
+                position_ids=None, packed: bool | VarlenLayout = False) -> HeadOutput:
         hidden = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
                            packed=packed).last_hidden_state  # (B, T, H); zeros at padding if packed
         logits = self.classifier(self.dropout(hidden))  # (B, T, L)
@@ -280,12 +280,12 @@ class BertForMultipleChoice(PretrainedMixin, nn.Module):
         super().__init__()
         self.config = config
         self.bert = BertModel(config)
-        self.dropout = nn.Dropout(classifier_dropout(config))
+        self.dropout = Dropout(classifier_dropout(config))
         self.classifier = nn.Linear(config.hidden_size, 1)
         init_head(self, (self.classifier,))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
-                position_ids=None, packed: bool | PackedLayout = False) -> HeadOutput:
+                position_ids=None, packed: bool | VarlenLayout = False) -> HeadOutput:
         if input_ids.dim() != 3:
             raise ValueError(f"multiple choice input_ids must be (batch, choices, tokens), "
                              f"got {tuple(input_ids.shape)}")

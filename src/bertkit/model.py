@@ -11,12 +11,14 @@ Post-LayerNorm blocks as in the paper. Attention goes through
 used when attention probabilities are asked for, and for training on the CPU, where SDPA's
 dropout falls back to the same explicit path with a slower mask (see `dropout`). Q, K and V are
 one fused (H → 3H) linear layer: one matmul instead of three; `checkpoint.py` splits it into
-HF's query/key/value on save. Packed batches (`forward_unpadded`) run attention once per length
-group (`PackedLayout.from_mask`).
+HF's query/key/value on save. Packed (unpadded) batches run the dense layers on the real tokens
+laid end to end, FlashAttention's varlen form (`VarlenLayout`, `forward_varlen`), and attention
+once per length group.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -38,31 +40,56 @@ class BertOutput:
 
 
 GROUP_COST = 1024.0  # the fixed cost of one more attention call, in (tokens x tokens) units,
-# timed on the CPU (256 to 4,096 ran the same); other devices keep one group until measured there
+# timed on the CPU; other devices keep one group until measured there (docs/benchmarks.md)
 
 
 @dataclass
-class PackedLayout:
-    """Where the S real tokens of B sequences (laid end to end) sit in the padded (B, T) layout:
-    the dense parts of a layer run on (S, H), attention alone on (B, N, T, D). With `parts`,
-    attention runs once per length group instead: part (start, end, layout) covers the packed
-    tokens [start, end), laid out in its own (b, t) with t its longest sequence."""
+class AttentionGroup:
+    """Sequences of a `VarlenLayout` that run attention together: packed sequences
+    [first, last), whose tokens are the packed rows [start, end), laid out in a padded
+    (batch, max_len), each sequence left-aligned (attention has no notion of position: a query
+    sees the same keys)."""
 
-    batch: int  # B
-    max_len: int  # T
-    scatter: torch.Tensor | None  # (S,) row of each token in the (B*T) layout; None = no padding
-    mask: torch.Tensor | None  # (B, 1, 1, T) True = real key; None when nothing is padded
-    parts: tuple[tuple[int, int, PackedLayout], ...] | None = None
+    first: int
+    last: int
+    start: int
+    end: int
+    max_len: int
+    index: torch.Tensor | None  # (end - start,) row of each token in (batch * max_len); None = full
+    key_mask: torch.Tensor | None  # (batch, 1, 1, max_len) True = real key; None = full
+
+    @property
+    def batch(self) -> int:
+        return self.last - self.first
+
+    def to(self, device, non_blocking: bool = False) -> AttentionGroup:
+        return dataclasses.replace(self, index=_move(self.index, device, non_blocking),
+                                   key_mask=_move(self.key_mask, device, non_blocking))
+
+
+@dataclass
+class VarlenLayout:
+    """B sequences as their S real tokens laid end to end: the varlen (unpadded) form that
+    FlashAttention's `*_varlen_*` kernels and ModernBERT use, `cu_seqlens` and `max_seqlen`.
+    The dense parts of a layer run on the packed (S, H); attention runs group by group
+    (`groups`), each group padded to its own longest sequence: one group on devices, the
+    cheapest cut into length groups on the CPU (`attention_groups`).
+
+    `indices` map the packed tokens to and from the padded (B, T) batch they came from
+    (`unpad`, `pad`); sequences are packed in the order `from_mask` chose (longest first)."""
+
+    cu_seqlens: torch.Tensor  # (B + 1,) int32: sequence i is packed rows [cu[i], cu[i + 1])
+    max_seqlen: int
+    groups: tuple[AttentionGroup, ...]
+    indices: torch.Tensor  # (S,) row of each packed token in the padded batch's (B * T)
+    padded_shape: tuple[int, int]  # (B, T)
 
     @classmethod
     def from_mask(cls, attention_mask: torch.Tensor,
-                  group_cost: float | None = None) -> PackedLayout:
-        """The layout of the real tokens of a padded batch (attention_mask (B, T), 1 = real;
-        any pattern, not only right padding). Sequences are packed longest first and cut into
-        the length groups that minimise the attention work (`length_groups`); within a group
-        each sequence's tokens are laid out left-aligned (attention has no notion of position:
-        a query sees the same keys). `group_cost`: default GROUP_COST on the CPU, one group
-        (infinite cost) elsewhere."""
+                  group_cost: float | None = None) -> VarlenLayout:
+        """The layout of a padded batch's real tokens (attention_mask (B, T), 1 = real; any
+        pattern, not only right padding), packed longest first. `group_cost`: GROUP_COST on the
+        CPU, one group (infinite cost) elsewhere. Reads the lengths: build it on the host."""
         if group_cost is None:
             group_cost = GROUP_COST if cpu_branches(attention_mask.device) else math.inf
         B, T = attention_mask.shape
@@ -70,36 +97,70 @@ class PackedLayout:
         lengths = real.sum(1)  # (B,)
         order = lengths.argsort(descending=True, stable=True)  # (B,) longest first
         rows = order[:, None] * T + torch.arange(T, device=real.device)  # (B, T) row in B*T
-        scatter = rows[real[order]]  # (S,) sequence by sequence, longest first
-        sorted_lengths = lengths[order].tolist()
-        parts, start = [], 0
-        for a, b in length_groups(sorted_lengths, group_cost):
-            count = sum(sorted_lengths[a:b])
-            parts.append((start, start + count, cls.left_aligned(sorted_lengths[a:b], real.device)))
-            start += count
-        return cls(B, T, scatter, real.view(B, 1, 1, T), tuple(parts))
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> PackedLayout:
-        """The same layout with its index tensors on `device` (a layout built on the host from
-        the collate's mask: the device then never reads its lengths back)."""
-        move = (lambda t: None if t is None else t.to(device, non_blocking=non_blocking))  # noqa: E731
-        parts = None if self.parts is None else tuple(
-            (a, b, part.to(device, non_blocking)) for a, b, part in self.parts)
-        return PackedLayout(self.batch, self.max_len, move(self.scatter), move(self.mask), parts)
+        indices = rows[real[order]]  # (S,) sequence by sequence, longest first
+        return cls.from_lengths(lengths[order].tolist(), group_cost, indices, (B, T))
 
     @classmethod
-    def left_aligned(cls, lengths: list[int], device) -> PackedLayout:
-        """The (b, t) layout of b sequences whose tokens are packed end to end, each
-        left-aligned (t = the longest); no scatter and no mask when all are full length."""
-        b, t = len(lengths), max(lengths)
-        if all(n == t for n in lengths):
-            return cls(b, t, None, None)
-        n = torch.tensor(lengths, device=device)  # (b,)
-        real = torch.arange(t, device=device) < n[:, None]  # (b, t)
-        return cls(b, t, real.view(-1).nonzero().squeeze(1), real.view(b, 1, 1, t))
+    def from_lengths(cls, lengths: list[int], group_cost: float = math.inf,
+                     indices: torch.Tensor | None = None,
+                     padded_shape: tuple[int, int] | None = None,
+                     device=None) -> VarlenLayout:
+        """The layout of sequences already packed end to end with these lengths (in packed
+        order; group cuts want them longest first). Without `indices`, the padded batch is
+        (B, max length) with each sequence left-aligned."""
+        device = indices.device if indices is not None else device
+        cu = [0]
+        for n in lengths:
+            cu.append(cu[-1] + n)
+        groups = tuple(_group(lengths, first, last, cu, device)
+                       for first, last in attention_groups(lengths, group_cost))
+        if indices is None:
+            padded_shape = (len(lengths), max(lengths))
+            indices = _left_aligned(lengths, device)[0]
+            indices = torch.arange(cu[-1], device=device) if indices is None else indices
+        return cls(torch.tensor(cu, dtype=torch.int32, device=device), max(lengths), groups,
+                   indices, padded_shape)
+
+    def unpad(self, t: torch.Tensor) -> torch.Tensor:
+        """(B, T, ...) padded -> (S, ...) packed."""
+        return t.reshape(-1, *t.shape[2:]).index_select(0, self.indices)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(S, ...) packed -> (B, T, ...) padded, zeros at padding."""
+        B, T = self.padded_shape
+        return x.new_zeros(B * T, *x.shape[1:]).index_copy(0, self.indices, x).view(
+            B, T, *x.shape[1:])
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> VarlenLayout:
+        """The same layout with its tensors on `device` (a layout built on the host from the
+        collate's mask: the device then never reads its lengths back)."""
+        return dataclasses.replace(
+            self, cu_seqlens=_move(self.cu_seqlens, device, non_blocking),
+            indices=_move(self.indices, device, non_blocking),
+            groups=tuple(g.to(device, non_blocking) for g in self.groups))
 
 
-def length_groups(lengths: list[int], group_cost: float) -> list[tuple[int, int]]:
+def _move(t: torch.Tensor | None, device, non_blocking: bool) -> torch.Tensor | None:
+    return None if t is None else t.to(device, non_blocking=non_blocking)
+
+
+def _left_aligned(lengths: list[int], device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Sequences packed end to end laid out left-aligned in (b, t), t the longest: each
+    token's row in (b * t) and the (b, 1, 1, t) key mask; (None, None) when all are full."""
+    b, t = len(lengths), max(lengths)
+    if all(n == t for n in lengths):
+        return None, None
+    real = torch.arange(t, device=device) < torch.tensor(lengths, device=device)[:, None]
+    return real.view(-1).nonzero().squeeze(1), real.view(b, 1, 1, t)
+
+
+def _group(lengths: list[int], first: int, last: int, cu: list[int], device) -> AttentionGroup:
+    index, key_mask = _left_aligned(lengths[first:last], device)
+    return AttentionGroup(first, last, cu[first], cu[last], max(lengths[first:last]), index,
+                          key_mask)
+
+
+def attention_groups(lengths: list[int], group_cost: float) -> list[tuple[int, int]]:
     """Cut lengths sorted longest first into consecutive groups [a, b) that minimise
     sum over groups of (b - a) * t * t + group_cost, t = lengths[a] (dynamic programming)."""
     B = len(lengths)
@@ -132,9 +193,10 @@ def activation(name: str):
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """`F.dropout` with the same distribution. On the CPU the keep-mask comes from 16-bit slices
     of uniform 64-bit random words, four decisions per draw from the default generator, instead of
-    `bernoulli_` (one float draw per element): 2.5x less time for the whole dropout. The drop
-    probability is p rounded to a multiple of 2**-16 (0.1 -> 0.100006) and the kept values are
-    scaled by the inverse of the rounded keep probability, so the expectation is exact."""
+    `bernoulli_` (one float draw per element), the cheaper draw (docs/benchmarks.md, "Dropout
+    masks on the CPU"). The drop probability is p rounded to a multiple of 2**-16
+    (0.1 -> 0.100006) and the kept values are scaled by the inverse of the rounded keep
+    probability, so the expectation is exact. The heads' dropout is this one too."""
     if not training or p == 0.0:
         return x
     drop16 = round(p * 65536)  # slices in [-32768, -32768 + drop16) are dropped
@@ -228,31 +290,24 @@ class SelfAttention(nn.Module):
         ctx = ctx.transpose(1, 2).reshape(B, T, H)  # (B, T, N*D)
         return self.out(ctx), probs
 
-    def forward_packed(self, x: torch.Tensor, layout: PackedLayout) -> torch.Tensor:
+    def forward_varlen(self, x: torch.Tensor, layout: VarlenLayout) -> torch.Tensor:
         """The same attention on packed tokens x (S, H): projections on the real tokens only,
-        scores on the padded layout (no probabilities), one length group at a time when the
-        layout has parts."""
-        qkv = self.qkv(x)  # (S, 3H)
-        if layout.parts is None:
-            ctx = self._attend_packed(qkv, layout)  # (S, H)
-        else:
-            ctx = torch.cat([self._attend_packed(qkv[a:b], part)  # (S, H)
-                             for a, b, part in layout.parts])
-        return self.out(ctx)
-
-    def _attend_packed(self, qkv: torch.Tensor, layout: PackedLayout) -> torch.Tensor:
-        B, T, H = layout.batch, layout.max_len, qkv.shape[-1] // 3
+        scores group by group on each group's padded layout (no probabilities)."""
+        S, H = x.shape
         N = self.num_heads
         D = H // N
-        if layout.scatter is not None:
-            qkv = qkv.new_zeros(B * T, 3 * H).index_copy_(0, layout.scatter, qkv)  # (B*T, 3H)
-        q, k, v = qkv.view(B, T, 3, N, D).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, N, T, D)
+        qkv = self.qkv(x)  # (S, 3H)
         dropout_p = self.attn_dropout_p if self.training else 0.0
-        ctx = attend(q, k, v, layout.mask, dropout_p)[0]  # (B, N, T, D)
-        ctx = ctx.transpose(1, 2).reshape(B * T, H)  # (B*T, H)
-        if layout.scatter is not None:
-            ctx = ctx.index_select(0, layout.scatter)  # (S, H)
-        return ctx
+        ctx = []
+        for g in layout.groups:
+            part = qkv[g.start:g.end]  # (n, 3H) the group's tokens
+            if g.index is not None:  # (n, 3H) -> (b*t, 3H), zeros at padding
+                part = part.new_zeros(g.batch * g.max_len, 3 * H).index_copy_(0, g.index, part)
+            q, k, v = part.view(g.batch, g.max_len, 3, N, D).permute(2, 0, 3, 1, 4).unbind(0)
+            c = attend(q, k, v, g.key_mask, dropout_p)[0]  # (b, N, t, D)
+            c = c.transpose(1, 2).reshape(g.batch * g.max_len, H)  # (b*t, H)
+            ctx.append(c if g.index is None else c.index_select(0, g.index))  # (n, H)
+        return self.out(torch.cat(ctx) if len(ctx) > 1 else ctx[0])  # (S, H)
 
 
 class FeedForward(nn.Module):
@@ -283,9 +338,9 @@ class EncoderLayer(nn.Module):
         x = self.ffn_norm(x + self.dropout(self.ffn(x)))
         return x, probs
 
-    def forward_packed(self, x: torch.Tensor, layout: PackedLayout) -> torch.Tensor:
-        """The same block on packed tokens (S, H); see `SelfAttention.forward_packed`."""
-        x = self.attention_norm(x + self.dropout(self.attention.forward_packed(x, layout)))
+    def forward_varlen(self, x: torch.Tensor, layout: VarlenLayout) -> torch.Tensor:
+        """The same block on packed tokens (S, H); see `SelfAttention.forward_varlen`."""
+        x = self.attention_norm(x + self.dropout(self.attention.forward_varlen(x, layout)))
         return self.ffn_norm(x + self.dropout(self.ffn(x)))
 
 
@@ -318,14 +373,17 @@ class BertModel(PretrainedMixin, nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         causal: bool = False,
-        packed: bool | PackedLayout = False,
+        packed: bool | VarlenLayout = False,
     ) -> BertOutput:
         """`attention_mask` (B,T): 1 for real tokens, 0 for padding. `causal=True` also hides
-        every later position (the left-to-right LM of the paper's ablation). `packed=True` runs
-        the dense layers on the real tokens only (`forward_unpadded`): the same values at real
-        tokens, zeros at padding. A `PackedLayout` for `packed` is that layout, built on the host
-        from the batch's mask by the collate (`PackedLayout.from_mask`, then `.to(device)`):
-        on a GPU, building it here would read the lengths back from the device."""
+        every later position (the left-to-right LM of the paper's ablation).
+
+        `packed=True` runs the dense layers (embeddings, projections, FFN, LayerNorms) on the
+        real tokens only (`forward_varlen`): the same values at real tokens, zeros at padding,
+        and in training the same loss and gradients (dropout aside, whose masks are drawn over
+        other shapes). A `VarlenLayout` for `packed` is that layout, built on the host from the
+        batch's mask by the collate (`VarlenLayout.from_mask`, then `.to(device)`): on a GPU,
+        building it here would read the lengths back from the device."""
         check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids)
         B, T = input_ids.shape
         if token_type_ids is None:
@@ -335,9 +393,15 @@ class BertModel(PretrainedMixin, nn.Module):
         mask = attention_bool_mask(attention_mask, T, causal, input_ids.device)
         extras = causal or output_hidden_states or output_attentions or _exporting()
         if packed is not False and mask is not None and not extras:
-            layout = packed if isinstance(packed, PackedLayout) else None
-            return self.forward_unpadded(input_ids, token_type_ids, position_ids, attention_mask,
-                                         layout)
+            layout = packed if isinstance(packed, VarlenLayout) else \
+                VarlenLayout.from_mask(attention_mask)
+            if layout.padded_shape != (B, T):
+                raise ValueError(f"packed layout of {layout.padded_shape} for a batch of {(B, T)}")
+            packed_inputs = (layout.unpad(t) for t in  # 3 x (S,)
+                             (input_ids, token_type_ids, position_ids.expand(B, T)))
+            x = layout.pad(self.forward_varlen(*packed_inputs, layout)[-1])  # (B, T, H)
+            pooled = self.pooler(x) if self.pooler is not None else None
+            return BertOutput(last_hidden_state=x, pooler_output=pooled)
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
@@ -355,39 +419,18 @@ class BertModel(PretrainedMixin, nn.Module):
             attentions=tuple(attentions) if attentions is not None else None,
         )
 
-
-    def forward_unpadded(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
-                         position_ids: torch.Tensor, attention_mask: torch.Tensor,
-                         layout: PackedLayout | None = None) -> BertOutput:
-        """`forward` of a padded batch with the dense layers (embeddings, projections, FFN,
-        LayerNorms) on the S real tokens only; attention alone sees the (B, T) layout. Training
-        uses it too: the loss and every gradient equal the padded forward's (dropout aside,
-        whose masks are drawn over other shapes). Padding positions come back as zeros."""
-        B, T = input_ids.shape
-        if layout is None:
-            layout = PackedLayout.from_mask(attention_mask)
-        elif (layout.batch, layout.max_len) != (B, T):
-            raise ValueError(f"packed layout of {(layout.batch, layout.max_len)} for a batch of "
-                             f"{(B, T)}")
-        positions = position_ids.expand(B, T)  # (B, T)
-        ids, types, pos = (t.reshape(-1).index_select(0, layout.scatter)  # 3 x (S,)
-                           for t in (input_ids, token_type_ids, positions))
-        x = self.forward_packed(ids, types, pos, layout, [len(self.layers)])[0]  # (S, H)
-        H = x.shape[-1]
-        hidden = x.new_zeros(B * T, H).index_copy(0, layout.scatter, x).view(B, T, H)  # (B, T, H)
-        pooled = self.pooler(hidden) if self.pooler is not None else None
-        return BertOutput(last_hidden_state=hidden, pooler_output=pooled)
-
-    def forward_packed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
-                       position_ids: torch.Tensor, layout: PackedLayout,
-                       hidden_index: list[int]) -> list[torch.Tensor]:
+    def forward_varlen(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                       position_ids: torch.Tensor, layout: VarlenLayout,
+                       hidden_index: list[int] | None = None) -> list[torch.Tensor]:
         """The encoder on packed tokens (all (S,): ids, segments, positions within their
         sequence): hidden states (S, H) for each index asked for (0 = embeddings, i = after
-        layer i), equal to `forward` at the real tokens with less work on padding."""
+        layer i; default the last layer's alone), equal to `forward` at the real tokens."""
+        if hidden_index is None:
+            hidden_index = [len(self.layers)]
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # (S, H)
         states = {0: x}
         for i, layer in enumerate(self.layers[:max(hidden_index, default=0)], start=1):
-            x = layer.forward_packed(x, layout)  # (S, H)
+            x = layer.forward_varlen(x, layout)  # (S, H)
             states[i] = x
         return [states[i] for i in hidden_index]
 

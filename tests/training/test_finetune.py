@@ -11,7 +11,7 @@ import torch
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForPreTraining
-from bertkit.model import PackedLayout
+from bertkit.model import VarlenLayout
 from bertkit.tasks import get_task
 from bertkit.tasks.base import split_dev
 from bertkit.tasks.squad import SquadExample
@@ -125,9 +125,9 @@ def test_training_batches_are_packed_where_the_loss_allows_and_not_grouped_by_le
     classifier = load_model(sst2, tiny_dir, ["neg", "pos"], c)
     batch = training_collate(sst2, classifier, c)(features)
     layout = batch["packed"]  # built on the host from the collate's mask (no device read-back)
-    assert isinstance(layout, PackedLayout) and batch["input_ids"].shape == (2, 5)
-    assert (layout.batch, layout.max_len) == (2, 5)
-    assert layout.scatter.tolist() == [5, 6, 7, 8, 9, 0, 1, 2]  # longest first
+    assert isinstance(layout, VarlenLayout) and batch["input_ids"].shape == (2, 5)
+    assert layout.padded_shape == (2, 5) and layout.cu_seqlens.tolist() == [0, 5, 8]
+    assert layout.indices.tolist() == [5, 6, 7, 8, 9, 0, 1, 2]  # longest first
     assert "packed" not in training_collate(sst2, classifier, cfg(packed=False))(features)
     assert training_collate(squad, load_model(squad, tiny_dir, None, c), c) == squad.collate
     assert feature_lengths(features) == [3, 5]

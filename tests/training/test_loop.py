@@ -371,7 +371,7 @@ def test_packed_fine_tuning_steps_read_nothing_back_either(tmp_path, monkeypatch
     padded = train(model(), data, pad, config(tmp_path / "padded", **kw))
     assert packed.losses == pytest.approx(padded.losses, rel=1e-4)
     grouped = packed_batch(pad, GROUP_COST, data[:8])["packed"]
-    assert grouped.parts is not None  # the CPU's length groups, when the device is the CPU
+    assert len(grouped.groups) > 1  # the CPU's length groups, when the device is the CPU
 
 
 def _child(mode: str, out: str, *rest: str) -> None:

@@ -38,7 +38,7 @@ from torch import nn
 from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.errors import BertkitError
 from bertkit.io import progress_bar
-from bertkit.model import BertModel, PackedLayout
+from bertkit.model import BertModel, VarlenLayout
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.windows import context_score, window_starts
 from bertkit.training.hardware import resolve_device, resolve_precision
@@ -382,7 +382,7 @@ class PackedBatch:
     input_ids: torch.Tensor  # (S,) the real tokens of B pieces, end to end
     type_ids: torch.Tensor  # (S,)
     positions: torch.Tensor  # (S,) position of each token in its piece
-    layout: PackedLayout  # where they sit in the padded (B, T) layout
+    layout: VarlenLayout  # their cu_seqlens, and where they sit in a padded (B, T) batch
     lengths: list[int]
 
     @property
@@ -391,7 +391,7 @@ class PackedBatch:
 
     @property
     def max_len(self) -> int:
-        return self.layout.max_len
+        return self.layout.max_seqlen
 
 
 def pack(pieces: Sequence[_Piece], device: torch.device) -> PackedBatch:
@@ -402,13 +402,13 @@ def pack(pieces: Sequence[_Piece], device: torch.device) -> PackedBatch:
     starts = torch.repeat_interleave(n.cumsum(0) - n, n)  # (S,) offset of each token's piece
     positions = torch.arange(len(ids)) - starts  # (S,)
     return PackedBatch(ids.to(device), types.to(device), positions.to(device),
-                       PackedLayout.left_aligned(lengths, device), lengths)
+                       VarlenLayout.from_lengths(lengths, device=device), lengths)
 
 
 def packed_forward(model: BertModel, batch: PackedBatch, hidden_index: list[int]
                    ) -> list[torch.Tensor]:
-    """`BertModel.forward_packed` on a packed batch: hidden states (S, H) per index."""
-    return model.forward_packed(batch.input_ids, batch.type_ids, batch.positions, batch.layout,
+    """`BertModel.forward_varlen` on a packed batch: hidden states (S, H) per index."""
+    return model.forward_varlen(batch.input_ids, batch.type_ids, batch.positions, batch.layout,
                                 hidden_index)
 
 
@@ -416,12 +416,8 @@ def padded_forward(model: BertModel, batch: PackedBatch, hidden_index: list[int]
                    ) -> list[torch.Tensor]:
     """The plain `BertModel.forward` on the padded batch, results packed to (S, H) (reference
     path, and the one to use if the packed path ever disagrees with a changed model.py)."""
-    B, T = len(batch.lengths), batch.max_len
-    scatter = batch.layout.scatter
-    ids = batch.input_ids.new_zeros(B * T)
-    types = batch.type_ids.new_zeros(B * T)
-    mask = torch.zeros(B * T, dtype=torch.long, device=ids.device)
-    rows = scatter if scatter is not None else torch.arange(B * T, device=ids.device)
-    ids[rows], types[rows], mask[rows] = batch.input_ids, batch.type_ids, 1
-    out = model(ids.view(B, T), types.view(B, T), mask.view(B, T), output_hidden_states=True)
-    return [out.hidden_states[i].reshape(B * T, -1).index_select(0, rows) for i in hidden_index]
+    layout = batch.layout
+    ids, types = layout.pad(batch.input_ids), layout.pad(batch.type_ids)  # (B, T)
+    mask = layout.pad(torch.ones_like(batch.input_ids))  # (B, T)
+    out = model(ids, types, mask, output_hidden_states=True)
+    return [layout.unpad(out.hidden_states[i]) for i in hidden_index]

@@ -21,7 +21,7 @@ from bertkit.checkpoint import from_hf_state_dict, load_into, read_state_dict, s
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.heads import HEAD_CLASSES, HeadOutput, tagging_loss
-from bertkit.model import BertModel
+from bertkit.model import BertModel, Dropout
 
 FEATURES = ("cls", "concat-last-4")
 HEAD_KEY = "bertkit_head"
@@ -43,7 +43,7 @@ class FeatureTagger(nn.Module):
         self.n_layers = min(4, config.num_hidden_layers + 1)
         self.lstm = nn.LSTM(self.n_layers * config.hidden_size, lstm_hidden_size, num_layers=2,
                             bidirectional=True, batch_first=True, dropout=0.1)
-        self.dropout = nn.Dropout(0.1)
+        self.dropout = Dropout(0.1)
         self.classifier = nn.Linear(2 * lstm_hidden_size, config.num_labels)
         for p in self.bert.parameters():
             p.requires_grad = False

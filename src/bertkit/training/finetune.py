@@ -31,7 +31,7 @@ from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.errors import BertkitError
 from bertkit.heads import HEAD_CLASSES
 from bertkit.io import atomic_write_text, check_output_dir, claim_output_dir
-from bertkit.model import GROUP_COST, PackedLayout, cpu_branches
+from bertkit.model import GROUP_COST, VarlenLayout, cpu_branches
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task, get_task
 from bertkit.tasks.base import run_model, split_dev
 from bertkit.tasks.feature_based import load_feature_model
@@ -316,7 +316,7 @@ def run_one(cfg: FinetuneConfig) -> dict[str, Any]:
 
 def training_collate(task: Task, model: nn.Module, cfg: FinetuneConfig):
     """The task's collate; with `cfg.packed`, training batches also carry the layout of their
-    real tokens for the head's unpadded forward (`BertModel.forward_unpadded`) where it has one
+    real tokens for the head's unpadded forward (`BertModel.forward_varlen`) where it has one
     (every head but span QA): the loss and the gradients are the padded forward's, without the
     work on padding. The layout is built here, on the host, with the training device's
     attention groups, so that the device never reads the lengths back."""
@@ -331,7 +331,7 @@ def packed_batch(collate, group_cost: float, features) -> dict[str, Any]:
     batch = collate(features)
     mask = batch["attention_mask"]  # (B, T), or (B, K, T) for multiple choice: the head
     # flattens its choices to (B*K, T) rows, the layout's
-    return {**batch, "packed": PackedLayout.from_mask(mask.reshape(-1, mask.shape[-1]),
+    return {**batch, "packed": VarlenLayout.from_mask(mask.reshape(-1, mask.shape[-1]),
                                                        group_cost)}
 
 

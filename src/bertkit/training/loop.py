@@ -258,7 +258,7 @@ def _seed_everything(seed: int) -> None:
 
 
 def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """Tensors, and objects that move like them (a host-built `PackedLayout`), onto the device."""
+    """Tensors, and objects that move like them (a host-built `VarlenLayout`), onto the device."""
     return {k: v.to(device, non_blocking=True) if callable(getattr(v, "to", None)) else v
             for k, v in batch.items()}
 
