@@ -16,7 +16,7 @@ from bertkit.inference import Encoder
 from bertkit.inference.pretraining import fill_mask, is_next_probability
 from bertkit.metrics import entity_spans
 from bertkit.serve.app import create_app
-from bertkit.serve.batching import BatchSettings
+from bertkit.serve.batcher import BatchSettings
 from bertkit.serve.models import load_models
 from bertkit.serve.safety import Limits
 

@@ -18,8 +18,9 @@ from bertkit.studies.ablate import (
 )
 from bertkit.tokenization.trainer import CRITERIA
 
-AB = AblationConfig("", ("-",), "")  # the defaults, defined once in the library
-PT, FT = AB.pretrain.train, AB.finetune.train
+ABLATION_DEFAULTS = AblationConfig("", ("-",), "")  # the defaults, defined once in the library
+PRETRAIN_TRAIN_DEFAULTS = ABLATION_DEFAULTS.pretrain.train
+FINETUNE_TRAIN_DEFAULTS = ABLATION_DEFAULTS.finetune.train
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -44,27 +45,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"comma list; objectives: {','.join(OBJECTIVE_VARIANTS)}; sizes: "
                    f"{','.join(SIZE_VARIANTS)} (default: all)")
     p.add_argument("--tasks", type=_csv, default=TASKS, help=f"comma list ({','.join(TASKS)})")
-    p.add_argument("--seeds", type=int, default=AB.seeds, help="fine-tuning seeds per cell")
-    p.add_argument("--budget-minutes", type=float, default=AB.budget_minutes,
+    p.add_argument("--seeds", type=int, default=ABLATION_DEFAULTS.seeds, help="fine-tuning seeds per cell")
+    p.add_argument("--budget-minutes", type=float, default=ABLATION_DEFAULTS.budget_minutes,
                    help="pre-training time of the whole study, split equally among the "
                    "pre-trained variants")
-    p.add_argument("--model", default=AB.model, help="architecture of the objectives study")
+    p.add_argument("--model", default=ABLATION_DEFAULTS.model, help="architecture of the objectives study")
     p.add_argument("--tokenizer", default=None, metavar="DIR", help="use this vocabulary")
-    p.add_argument("--vocab-size", type=int, default=AB.vocab_size, help="vocabulary to learn")
-    p.add_argument("--vocab-criterion", choices=CRITERIA, default=AB.vocab_criterion,
+    p.add_argument("--vocab-size", type=int, default=ABLATION_DEFAULTS.vocab_size, help="vocabulary to learn")
+    p.add_argument("--vocab-criterion", choices=CRITERIA, default=ABLATION_DEFAULTS.vocab_criterion,
                    help="WordPiece merge criterion (docs/ablations.md)")
-    p.add_argument("--max-seq-length", type=int, default=AB.max_seq_length,
+    p.add_argument("--max-seq-length", type=int, default=ABLATION_DEFAULTS.max_seq_length,
                    help="pre-training length")
-    p.add_argument("--dropout", type=float, default=AB.dropout, help="dropout of every model")
-    p.add_argument("--pretrain-batch-size", type=int, default=PT.batch_size)
-    p.add_argument("--pretrain-lr", type=float, default=PT.lr)
-    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=PT.precision)
-    p.add_argument("--finetune-lr", type=float, default=FT.lr,
+    p.add_argument("--dropout", type=float, default=ABLATION_DEFAULTS.dropout, help="dropout of every model")
+    p.add_argument("--pretrain-batch-size", type=int, default=PRETRAIN_TRAIN_DEFAULTS.batch_size)
+    p.add_argument("--pretrain-lr", type=float, default=PRETRAIN_TRAIN_DEFAULTS.lr)
+    p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=PRETRAIN_TRAIN_DEFAULTS.precision)
+    p.add_argument("--finetune-lr", type=float, default=FINETUNE_TRAIN_DEFAULTS.lr,
                    help="(at 1e-4-3e-4 tiny random-init models can stay at one class; "
                    "docs/ablations.md, finding 3)")
-    p.add_argument("--epochs", type=float, default=AB.finetune.epochs)
-    p.add_argument("--finetune-batch-size", type=int, default=FT.batch_size)
-    p.add_argument("--max-train-examples", type=int, default=AB.finetune.max_train_examples,
+    p.add_argument("--epochs", type=float, default=ABLATION_DEFAULTS.finetune.epochs)
+    p.add_argument("--finetune-batch-size", type=int, default=FINETUNE_TRAIN_DEFAULTS.batch_size)
+    p.add_argument("--max-train-examples", type=int, default=ABLATION_DEFAULTS.finetune.max_train_examples,
                    help="training examples per task (0 = all)")
     p.add_argument("--max-eval-examples", type=int, default=0, help="dev examples (0 = all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -77,10 +78,12 @@ def config_from_args(args: argparse.Namespace) -> AblationConfig:
     if not corpus:
         raise BertkitError(f"no pre-training corpus: {data / 'books'} holds no .txt files; pass "
                            "--corpus FILE... (or --data DIR with books/)")
-    pretrain = replace(AB.pretrain, train=replace(
-        PT, batch_size=args.pretrain_batch_size, lr=args.pretrain_lr, precision=args.precision))
-    finetune = replace(AB.finetune, train=replace(
-        FT, lr=args.finetune_lr, batch_size=args.finetune_batch_size, precision=args.precision),
+    pretrain = replace(ABLATION_DEFAULTS.pretrain, train=replace(
+        PRETRAIN_TRAIN_DEFAULTS, batch_size=args.pretrain_batch_size, lr=args.pretrain_lr,
+        precision=args.precision))
+    finetune = replace(ABLATION_DEFAULTS.finetune, train=replace(
+        FINETUNE_TRAIN_DEFAULTS, lr=args.finetune_lr, batch_size=args.finetune_batch_size,
+        precision=args.precision),
         epochs=args.epochs, max_train_examples=args.max_train_examples or None,
         max_eval_examples=args.max_eval_examples or None)
     return AblationConfig(

@@ -10,7 +10,7 @@ from bertkit.studies.demo import DemoConfig, run
 from bertkit.studies.demo_config import SCALES
 from bertkit.tokenization.trainer import CRITERIA
 
-D = DemoConfig(Path("."))  # the defaults, defined once in the library
+DEMO_DEFAULTS = DemoConfig(Path("."))  # the defaults, defined once in the library
 
 
 def _grid(rates: tuple[float, ...]) -> str:
@@ -31,43 +31,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "../shared/data from the working directory)")
     p.add_argument("--corpus", nargs="+", default=None, metavar="FILE",
                    help="pre-training text (default: DATA/books/*.txt)")
-    p.add_argument("--output", type=Path, default=D.output, metavar="DIR")
-    p.add_argument("--device", default=D.device,
+    p.add_argument("--output", type=Path, default=DEMO_DEFAULTS.output, metavar="DIR")
+    p.add_argument("--device", default=DEMO_DEFAULTS.device,
                    help="where the demo trains: auto (CUDA when there is one, else cpu), cpu, "
                    "cuda, cuda:N; it picks the defaults of --model, --pretrain-batch-size, "
                    "--pretrain-mb and --dupe-factor")
-    p.add_argument("--budget-minutes", type=float, default=D.budget_minutes,
+    p.add_argument("--budget-minutes", type=float, default=DEMO_DEFAULTS.budget_minutes,
                    help="pre-training time")
-    p.add_argument("--model", default=D.model,
+    p.add_argument("--model", default=DEMO_DEFAULTS.model,
                    help=f"architecture preset (default: {SCALES['cpu'].model} on a CPU, "
                    f"{SCALES['cuda'].model} on CUDA)")
-    p.add_argument("--pretrain-batch-size", type=int, default=D.pretrain_batch_size,
+    p.add_argument("--pretrain-batch-size", type=int, default=DEMO_DEFAULTS.pretrain_batch_size,
                    help=f"pre-training batch (default: {SCALES['cpu'].pretrain_batch_size} on a "
                    f"CPU, {SCALES['cuda'].pretrain_batch_size} on CUDA)")
-    p.add_argument("--max-seq-length", type=int, default=D.max_seq_length)
-    p.add_argument("--dropout", type=float, default=D.dropout,
+    p.add_argument("--max-seq-length", type=int, default=DEMO_DEFAULTS.max_seq_length)
+    p.add_argument("--dropout", type=float, default=DEMO_DEFAULTS.dropout,
                    help="dropout of the architecture, pre-training and fine-tuning alike")
-    p.add_argument("--pretrain-lr", type=float, default=D.pretrain_lr)
-    p.add_argument("--vocab-size", type=int, default=D.vocab_size)
+    p.add_argument("--pretrain-lr", type=float, default=DEMO_DEFAULTS.pretrain_lr)
+    p.add_argument("--vocab-size", type=int, default=DEMO_DEFAULTS.vocab_size)
     p.add_argument("--vocab-criterion", choices=CRITERIA,
-                   default=D.vocab_criterion, help="WordPiece merge criterion (docs/ablations.md)")
-    p.add_argument("--pretrain-mb", type=float, default=D.pretrain_mb,
+                   default=DEMO_DEFAULTS.vocab_criterion,
+                   help="WordPiece merge criterion (docs/ablations.md)")
+    p.add_argument("--pretrain-mb", type=float, default=DEMO_DEFAULTS.pretrain_mb,
                    help="MB of the corpus turned into pre-training instances (default: "
                    f"{SCALES['cpu'].pretrain_mb:g} on a CPU, {SCALES['cuda'].pretrain_mb:g} "
                    "(all of it) on CUDA)")
-    p.add_argument("--dupe-factor", type=int, default=D.dupe_factor,
+    p.add_argument("--dupe-factor", type=int, default=DEMO_DEFAULTS.dupe_factor,
                    help="copies of each document with different masks (default: "
                    f"{SCALES['cpu'].dupe_factor} on a CPU, {SCALES['cuda'].dupe_factor} on CUDA)")
-    p.add_argument("--seeds", type=int, default=D.seeds, help="fine-tuning seeds per model")
-    p.add_argument("--train-examples", type=int, default=D.train_examples,
+    p.add_argument("--seeds", type=int, default=DEMO_DEFAULTS.seeds, help="fine-tuning seeds per model")
+    p.add_argument("--train-examples", type=int, default=DEMO_DEFAULTS.train_examples,
                    help="SST-2 training subset")
-    p.add_argument("--dev-examples", type=int, default=D.dev_examples,
+    p.add_argument("--dev-examples", type=int, default=DEMO_DEFAULTS.dev_examples,
                    help="SST-2 dev subset (default: all 872)")
-    p.add_argument("--finetune-lr", type=float, nargs="+", default=D.finetune_lr,
+    p.add_argument("--finetune-lr", type=float, nargs="+", default=DEMO_DEFAULTS.finetune_lr,
                    help="fine-tuning lr grid of both small models, selected on dev (at 3e-4 "
                    "random-init runs can stay at the majority class; docs/ablations.md; "
-                   f"default: {_grid(D.finetune_lr)})")
-    p.add_argument("--epochs", type=float, default=D.epochs)
+                   f"default: {_grid(DEMO_DEFAULTS.finetune_lr)})")
+    p.add_argument("--epochs", type=float, default=DEMO_DEFAULTS.epochs)
     _add_reference_options(p)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run_demo)
@@ -78,15 +79,15 @@ def _add_reference_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-probe", action="store_true", help="skip the MiniLM opening section")
     p.add_argument("--no-reference", action="store_true",
                    help="skip the MiniLM pre-trained vs random-init reference pair")
-    p.add_argument("--reference-lr", type=float, nargs="+", default=D.reference_lr,
+    p.add_argument("--reference-lr", type=float, nargs="+", default=DEMO_DEFAULTS.reference_lr,
                    help=f"fine-tuning lr grid of all-MiniLM-L6-v2, selected on dev (default: "
-                   f"{_grid(D.reference_lr)})")
-    p.add_argument("--reference-random-lr", type=float, nargs="+", default=D.reference_random_lr,
+                   f"{_grid(DEMO_DEFAULTS.reference_lr)})")
+    p.add_argument("--reference-random-lr", type=float, nargs="+", default=DEMO_DEFAULTS.reference_random_lr,
                    help="fine-tuning lr grid of MiniLM's random-init copy, selected on dev "
-                   f"(default: {_grid(D.reference_random_lr)})")
-    p.add_argument("--reference-epochs", type=float, default=D.reference_epochs,
+                   f"(default: {_grid(DEMO_DEFAULTS.reference_random_lr)})")
+    p.add_argument("--reference-epochs", type=float, default=DEMO_DEFAULTS.reference_epochs,
                    help="fine-tuning epochs of all-MiniLM-L6-v2")
-    p.add_argument("--reference-random-epochs", type=float, default=D.reference_random_epochs,
+    p.add_argument("--reference-random-epochs", type=float, default=DEMO_DEFAULTS.reference_random_epochs,
                    help="fine-tuning epochs of MiniLM's random-init copy")
 
 

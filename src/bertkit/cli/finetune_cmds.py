@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     _add_predict(subparsers)
 
 
-FT = FinetuneConfig("", "", "")  # the defaults, defined once in the library
+FINETUNE_DEFAULTS = FinetuneConfig("", "", "")  # the defaults, defined once in the library
 
 
 def _add_finetune(subparsers) -> None:
@@ -42,18 +42,19 @@ def _add_finetune(subparsers) -> None:
     p.add_argument("--data", required=True, help="folder with the task's train/dev(/test) files")
     p.add_argument("--output", required=True,
                    help="new or empty folder (or this command's earlier run, with --resume)")
-    p.add_argument("--lr", default=f"{FT.train.lr:g}", help="learning rate(s), e.g. 2e-5,3e-5,5e-5")
-    p.add_argument("--epochs", default=f"{FT.epochs:g}", help="epoch count(s), e.g. 2,3,4")
+    p.add_argument("--lr", default=f"{FINETUNE_DEFAULTS.train.lr:g}",
+                   help="learning rate(s), e.g. 2e-5,3e-5,5e-5")
+    p.add_argument("--epochs", default=f"{FINETUNE_DEFAULTS.epochs:g}", help="epoch count(s), e.g. 2,3,4")
     p.add_argument("--max-steps", type=int, default=None, help="cap on optimizer steps per run")
     p.add_argument("--seeds", type=int, default=1, help="runs per setting (seeds seed..seed+N-1)")
-    p.add_argument("--seed", type=int, default=FT.train.seed)
-    p.add_argument("--batch-size", type=int, default=FT.train.batch_size)
+    p.add_argument("--seed", type=int, default=FINETUNE_DEFAULTS.train.seed)
+    p.add_argument("--batch-size", type=int, default=FINETUNE_DEFAULTS.train.batch_size)
     p.add_argument("--micro-batch-size", type=int, default=None)
-    p.add_argument("--warmup-ratio", type=float, default=FT.train.warmup_ratio)
-    p.add_argument("--weight-decay", type=float, default=FT.train.weight_decay)
-    p.add_argument("--optimizer", default=FT.train.optimizer, choices=OPTIMIZERS,
+    p.add_argument("--warmup-ratio", type=float, default=FINETUNE_DEFAULTS.train.warmup_ratio)
+    p.add_argument("--weight-decay", type=float, default=FINETUNE_DEFAULTS.train.weight_decay)
+    p.add_argument("--optimizer", default=FINETUNE_DEFAULTS.train.optimizer, choices=OPTIMIZERS,
                    help="adamw_google: Google's AdamWeightDecayOptimizer (no bias correction)")
-    p.add_argument("--schedule", default=FT.train.schedule, choices=SCHEDULES,
+    p.add_argument("--schedule", default=FINETUNE_DEFAULTS.train.schedule, choices=SCHEDULES,
                    help="linear: warm up to the peak, then decay (HF); google: decay from step 0, "
                    "warmup overriding it (Google's optimization.py)")
     p.add_argument("--train-file", default=None, help="use this training file instead")
@@ -64,11 +65,11 @@ def _add_finetune(subparsers) -> None:
     p.add_argument("--max-train-examples", type=int, default=None)
     p.add_argument("--freeze-encoder", action="store_true",
                    help="feature-based: train only the head on a frozen encoder")
-    p.add_argument("--features", default=FT.features, choices=["cls", "concat-last-4"],
+    p.add_argument("--features", default=FINETUNE_DEFAULTS.features, choices=["cls", "concat-last-4"],
                    help="with --freeze-encoder: concat-last-4 = the paper's BiLSTM tagger (NER)")
-    p.add_argument("--precision", default=FT.train.precision, choices=PRECISIONS,
+    p.add_argument("--precision", default=FINETUNE_DEFAULTS.train.precision, choices=PRECISIONS,
                    help="auto (default): bf16 where this machine computes it fast, else fp32")
-    p.add_argument("--device", default=FT.train.device)
+    p.add_argument("--device", default=FINETUNE_DEFAULTS.train.device)
     add_loader_workers(p)
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the model (padded batches; see docs/benchmarks.md)")
@@ -122,11 +123,11 @@ def _add_predict(subparsers) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seq-length", type=int, default=None, help="default 128; SQuAD 384")
-    p.add_argument("--doc-stride", type=int, default=FT.doc_stride)
-    p.add_argument("--max-query-length", type=int, default=FT.max_query_length)
-    p.add_argument("--max-answer-length", type=int, default=FT.max_answer_length)
-    p.add_argument("--n-best-size", type=int, default=FT.n_best_size)
-    p.add_argument("--eval-batch-size", type=int, default=FT.eval_batch_size)
+    p.add_argument("--doc-stride", type=int, default=FINETUNE_DEFAULTS.doc_stride)
+    p.add_argument("--max-query-length", type=int, default=FINETUNE_DEFAULTS.max_query_length)
+    p.add_argument("--max-answer-length", type=int, default=FINETUNE_DEFAULTS.max_answer_length)
+    p.add_argument("--n-best-size", type=int, default=FINETUNE_DEFAULTS.n_best_size)
+    p.add_argument("--eval-batch-size", type=int, default=FINETUNE_DEFAULTS.eval_batch_size)
     p.add_argument("--max-eval-examples", type=int, default=None)
     p.add_argument("--text-column", default=None, help="custom data: text column (text)")
     p.add_argument("--pair-column", default=None, help="custom data: second text column")

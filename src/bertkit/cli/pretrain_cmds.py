@@ -16,8 +16,8 @@ from bertkit.training.loop import PRECISIONS
 from bertkit.training.optim import OPTIMIZERS, SCHEDULES
 from bertkit.training.pretrain import OBJECTIVES, PretrainConfig, pretrain_train_config, run_pretraining
 
-PT = PretrainConfig(data="")  # the defaults, defined once in the library
-T = PT.train
+PRETRAIN_DEFAULTS = PretrainConfig(data="")  # the defaults, defined once in the library
+TRAIN_DEFAULTS = PRETRAIN_DEFAULTS.train
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,30 +60,31 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
     which.add_argument("--init", help="continue from a checkpoint directory (HF layout)")
     p.add_argument("--tokenizer", help="tokenizer dir (vocab check, dynamic masking, export); "
                    "default: the --init dir when it has vocab.txt")
-    p.add_argument("--objective", default=PT.objective, choices=OBJECTIVES)
-    p.add_argument("--max-steps", type=int, default=T.max_steps)
-    p.add_argument("--batch-size", type=int, default=T.batch_size, help="global examples per step")
+    p.add_argument("--objective", default=PRETRAIN_DEFAULTS.objective, choices=OBJECTIVES)
+    p.add_argument("--max-steps", type=int, default=TRAIN_DEFAULTS.max_steps)
+    p.add_argument("--batch-size", type=int, default=TRAIN_DEFAULTS.batch_size,
+                   help="global examples per step")
     p.add_argument("--micro-batch-size", type=int, help="per forward per process "
                    "(gradient accumulation = batch / (micro x processes))")
-    p.add_argument("--lr", type=float, default=T.lr)
-    p.add_argument("--warmup-steps", type=int, default=T.warmup_steps,
+    p.add_argument("--lr", type=float, default=TRAIN_DEFAULTS.lr)
+    p.add_argument("--warmup-steps", type=int, default=TRAIN_DEFAULTS.warmup_steps,
                    help="capped at 10%% of --max-steps when it is not shorter than the run")
     p.add_argument("--warmup-ratio", type=float, help="fraction of --max-steps (overrides steps)")
-    p.add_argument("--weight-decay", type=float, default=T.weight_decay)
-    p.add_argument("--optimizer", default=T.optimizer, choices=OPTIMIZERS,
+    p.add_argument("--weight-decay", type=float, default=TRAIN_DEFAULTS.weight_decay)
+    p.add_argument("--optimizer", default=TRAIN_DEFAULTS.optimizer, choices=OPTIMIZERS,
                    help="adamw_google: Google's AdamWeightDecayOptimizer (no bias correction)")
-    p.add_argument("--schedule", default=T.schedule, choices=SCHEDULES,
+    p.add_argument("--schedule", default=TRAIN_DEFAULTS.schedule, choices=SCHEDULES,
                    help="linear: warm up to the peak, then decay (HF); google: decay from step 0, "
                    "warmup overriding it (Google's optimization.py)")
-    p.add_argument("--max-grad-norm", type=float, default=T.max_grad_norm)
-    p.add_argument("--precision", default=T.precision, choices=PRECISIONS)
+    p.add_argument("--max-grad-norm", type=float, default=TRAIN_DEFAULTS.max_grad_norm)
+    p.add_argument("--precision", default=TRAIN_DEFAULTS.precision, choices=PRECISIONS)
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--seed", type=int, default=T.seed)
-    p.add_argument("--log-every", type=int, default=T.log_every)
+    p.add_argument("--seed", type=int, default=TRAIN_DEFAULTS.seed)
+    p.add_argument("--log-every", type=int, default=TRAIN_DEFAULTS.log_every)
     p.add_argument("--eval-every", type=int, default=0, help="0 = only at the end")
-    p.add_argument("--save-every", type=int, default=T.save_every, help="0 = only at the end")
-    p.add_argument("--keep", type=int, default=T.keep, help="training states kept (0 = all)")
-    p.add_argument("--device", default=T.device)
+    p.add_argument("--save-every", type=int, default=TRAIN_DEFAULTS.save_every, help="0 = only at the end")
+    p.add_argument("--keep", type=int, default=TRAIN_DEFAULTS.keep, help="training states kept (0 = all)")
+    p.add_argument("--device", default=TRAIN_DEFAULTS.device)
     add_loader_workers(p)
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     p.add_argument("--no-progress", dest="progress", action="store_false")
@@ -92,7 +93,7 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-data", help="held-out shard folder (default: hold out the last "
                    "--eval-holdout instances of --data)")
     p.add_argument("--eval-holdout", type=int, help="default min(2000, 5%% of the data)")
-    p.add_argument("--eval-batches", type=int, default=PT.eval_batches)
+    p.add_argument("--eval-batches", type=int, default=PRETRAIN_DEFAULTS.eval_batches)
     p.add_argument("--phase2-data", help="phase-2 shards (the paper: length 512)")
     p.add_argument("--phase2-steps", type=int, default=0)
     p.set_defaults(func=run_pretrain)

@@ -7,10 +7,10 @@ import importlib.util
 import os
 
 from bertkit.errors import BertkitError
-from bertkit.serve.batching import BatchSettings
+from bertkit.serve.batcher import BatchSettings
 from bertkit.serve.safety import Limits
 
-B, L = BatchSettings(), Limits()  # the defaults, defined once in the library
+BATCH_DEFAULTS, LIMIT_DEFAULTS = BatchSettings(), Limits()  # the defaults, defined once in the library
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,17 +23,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind; anything but loopback is reachable by others")
     p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--max-batch", type=int, default=B.max_batch,
+    p.add_argument("--max-batch", type=int, default=BATCH_DEFAULTS.max_batch,
                    help="texts per forward pass (1 = no dynamic batching)")
-    p.add_argument("--max-wait-ms", type=float, default=B.max_wait_ms,
+    p.add_argument("--max-wait-ms", type=float, default=BATCH_DEFAULTS.max_wait_ms,
                    help="how long a request waits for others to share its forward pass")
-    p.add_argument("--max-queue", type=int, default=B.max_queue,
+    p.add_argument("--max-queue", type=int, default=BATCH_DEFAULTS.max_queue,
                    help="requests waiting at most; more are answered 503")
-    p.add_argument("--max-texts", type=int, default=L.max_texts,
+    p.add_argument("--max-texts", type=int, default=LIMIT_DEFAULTS.max_texts,
                    help="texts (or records) per request")
-    p.add_argument("--max-tokens", type=int, default=L.max_tokens,
+    p.add_argument("--max-tokens", type=int, default=LIMIT_DEFAULTS.max_tokens,
                    help="WordPieces per text")
-    p.add_argument("--max-body-bytes", type=int, default=L.max_body_bytes)
+    p.add_argument("--max-body-bytes", type=int, default=LIMIT_DEFAULTS.max_body_bytes)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.set_defaults(func=run_serve)
 
@@ -53,7 +53,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     cfg = ServeConfig(tuple(args.models), args.host, args.port,
                       Limits(args.max_body_bytes, args.max_texts, args.max_tokens,
-                             min(L.attention_tokens, args.max_tokens)),
+                             min(LIMIT_DEFAULTS.attention_tokens, args.max_tokens)),
                       BatchSettings(args.max_batch, args.max_wait_ms, args.max_queue),
                       args.threads)
     run(cfg)

@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from bertkit.errors import BertkitError
 from bertkit.serve import predict as predict_mod
 from bertkit.serve import views
-from bertkit.serve.batching import BatchSettings, DynamicBatcher, QueueFull, own_key
+from bertkit.serve.batcher import BatchSettings, DynamicBatcher, QueueFull, unbatched_key
 from bertkit.serve.models import CapabilityError, ServedModel
 from bertkit.serve.safety import (
     BodyLimit,
@@ -142,9 +142,10 @@ class Api:
                 return model
         raise CapabilityError(f"no model on this server can do {what}")
 
-    async def alone(self, request: Request, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run fn(*args) on the forward thread, through the bounded queue."""
-        return await request.app.state.batcher.submit(own_key(), lambda p: [fn(*p[0])], args)
+    async def run_unbatched(self, request: Request, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run fn(*args) as a forward pass of its own (shared with no other request) on the
+        batcher's worker thread, through the bounded queue."""
+        return await request.app.state.batcher.submit(unbatched_key(), lambda p: [fn(*p[0])], args)
 
     def routes(self, app: FastAPI, infos: dict[str, dict[str, Any]]) -> None:
         limits = self.limits
@@ -162,7 +163,7 @@ class Api:
         @app.post("/tokenize")
         async def tokenize(body: TextIn, request: Request) -> dict[str, Any]:
             model = self.pick(body.model)
-            check_tokens(views.count_tokens(model, [body.text], opt(body.pair)), limits.max_tokens)
+            check_tokens(views.count_tokens(model, [body.text], pair_list(body.pair)), limits.max_tokens)
             return {"model": model.name, **views.tokenize(model, body.text, body.pair)}
 
         @app.post("/embed")
@@ -211,14 +212,14 @@ class Api:
             model = self.pick(body.model, "mlm", "fill-mask")
             check_tokens(views.count_tokens(model, [body.text]), limits.max_tokens)
             return {"model": model.name,
-                    **await self.alone(request, views.fill_masks, model, body.text, body.top_k)}
+                    **await self.run_unbatched(request, views.fill_masks, model, body.text, body.top_k)}
 
         @app.post("/nsp")
         async def nsp(body: NspIn, request: Request) -> dict[str, Any]:
             model = self.pick(body.model, "nsp", "next-sentence prediction")
             check_tokens(views.count_tokens(model, [body.text], [body.pair]), limits.max_tokens)
             return {"model": model.name,
-                    **await self.alone(request, views.next_sentence, model, body.text, body.pair)}
+                    **await self.run_unbatched(request, views.next_sentence, model, body.text, body.pair)}
 
         @app.post("/predict")
         async def predict(body: PredictIn, request: Request) -> dict[str, Any]:
@@ -228,7 +229,7 @@ class Api:
             counts, length = predict_mod.token_counts(model, body.inputs)
             check_tokens(counts, limits.max_tokens)
             cut = truncations(counts, length, body.truncate)
-            results = await self.alone(request, predict_mod.predict, model, body.inputs)
+            results = await self.run_unbatched(request, predict_mod.predict, model, body.inputs)
             for note in cut:
                 results[note["index"]]["truncated"] = {"tokens": note["tokens"],
                                                        "kept": note["kept"]}
@@ -241,11 +242,11 @@ class Api:
         @app.post("/attention")
         async def attention(body: TextIn, request: Request) -> dict[str, Any]:
             model = self.pick(body.model)
-            check_tokens(views.count_tokens(model, [body.text], opt(body.pair)),
+            check_tokens(views.count_tokens(model, [body.text], pair_list(body.pair)),
                          min(limits.attention_tokens, model.config.max_position_embeddings),
                          "for attention maps")
             return {"model": model.name,
-                    **await self.alone(request, views.attention, model, body.text, body.pair)}
+                    **await self.run_unbatched(request, views.attention, model, body.text, body.pair)}
 
         @app.post("/layers")
         async def layers(body: LayersIn, request: Request) -> dict[str, Any]:
@@ -258,13 +259,14 @@ class Api:
             check_tokens(views.count_tokens(model, texts), limits.attention_tokens,
                          "for per-layer vectors")
             if body.word is None:
-                out = await self.alone(request, views.layer_vectors, model, body.text)
+                out = await self.run_unbatched(request, views.layer_vectors, model, body.text)
             else:
-                out = await self.alone(request, views.word_drift, model, body.texts, body.word)
+                out = await self.run_unbatched(request, views.word_drift, model, body.texts, body.word)
             return {"model": model.name, **out}
 
 
-def opt(pair: str | None) -> list[str] | None:
+def pair_list(pair: str | None) -> list[str] | None:
+    """One text's optional pair as `count_tokens` takes pairs: [pair], or None without one."""
     return None if pair is None else [pair]
 
 

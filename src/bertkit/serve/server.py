@@ -11,7 +11,7 @@ import uvicorn
 
 from bertkit.errors import BertkitError
 from bertkit.serve.app import create_app
-from bertkit.serve.batching import BatchSettings
+from bertkit.serve.batcher import BatchSettings
 from bertkit.serve.models import load_models
 from bertkit.serve.safety import Limits
 

@@ -51,8 +51,9 @@ class Scale:
 
 
 # CPU: a few minutes on 2 cores leave `tiny` on the unigram plateau (docs/ablations.md) but keep
-# the demo at ~15 minutes. CUDA: the same minutes buy ~100x the tokens, enough for `mini` (4 x 256)
+# the whole demo short. CUDA: the same minutes buy far more tokens, enough for `mini` (4 x 256)
 # to leave the plateau, and more passes over the corpus, so every book, with 5 masks per document.
+# The demo's duration and the CUDA estimate: docs/benchmarks.md, "Measurements behind code choices".
 SCALES = {
     "cpu": Scale("tiny", 32, 20.0, 1, "a CPU: tiny model, batch 32, the first 20 MB of the corpus"),
     "cuda": Scale("mini", 128, 1000.0, 5, "a CUDA GPU: mini model, batch 128, the whole corpus "

@@ -83,7 +83,8 @@ class FinetuneConfig:
     keep_training_state: bool = False  # keep checkpoints/ of a finished run (else only the model)
     # Batches of similar lengths (shuffled groups; less padding in attention). Off by default:
     # such batches are not i.i.d. samples (where length correlates with the label, as in STS-B,
-    # batch label means vary 2.2x more) and runs were less stable; see docs/results.md.
+    # their label means vary more than random batches') and runs are less stable. Measured:
+    # docs/results.md, "Fine-tuning stability".
     group_by_length: bool = False
     packed: bool = True  # dense layers on real tokens only, where the head's loss allows it
 

@@ -81,10 +81,10 @@ def cpu_bf16_native(cpu: CpuInfo) -> tuple[bool, str]:
     if "amx_bf16" in cpu.flags:
         return True, "CPU has AMX (amx_bf16)"
     if "avx512_bf16" in cpu.flags and cpu.vendor == "AuthenticAMD":
-        return True, "AMD CPU with AVX512-BF16 (bf16 GEMMs measured 1.8x fp32)"
+        return True, "AMD CPU with AVX512-BF16 (bf16 GEMMs faster than fp32 there)"
     if "avx512_bf16" in cpu.flags:
-        return False, (f"{cpu.vendor or 'CPU'} with AVX512-BF16 but no AMX (bf16 measured "
-                       "0.6-0.7x fp32 on such a Xeon)")
+        return False, (f"{cpu.vendor or 'CPU'} with AVX512-BF16 but no AMX (bf16 slower than "
+                       "fp32 on such a Xeon)")
     return False, "CPU has no native bf16 (no amx_bf16 or avx512_bf16: bf16 would be emulated)"
 
 

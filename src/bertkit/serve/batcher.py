@@ -5,7 +5,8 @@ with 503 rather than letting the queue grow). One worker task takes the first wa
 gathering for up to `max_wait_ms` or until `max_batch` texts are collected, groups the jobs by
 their `key` (same model and settings) and runs each group's function once, on a single worker
 thread: the event loop never runs a forward pass, and two forwards never compete for the cores.
-Jobs whose work cannot be shared (attention maps, predictions) carry a key of their own.
+Jobs whose work cannot be shared (attention maps, predictions) carry a key of their own
+(`unbatched_key`).
 """
 
 from __future__ import annotations
@@ -56,9 +57,9 @@ class BatchStats:
 _unique = itertools.count()
 
 
-def own_key() -> tuple[str, int]:
-    """A key shared with no other job: the job runs alone."""
-    return ("alone", next(_unique))
+def unbatched_key() -> tuple[str, int]:
+    """A key shared with no other job: the job gets a forward pass of its own."""
+    return ("unbatched", next(_unique))
 
 
 class DynamicBatcher:
