@@ -1,0 +1,64 @@
+"""The full-size results study's plan (benchmarks/results_full.py): what runs next, from the
+store alone, so that a stopped study goes on where it stopped."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import results_full as study  # noqa: E402
+
+
+def run(task, lr, seed, system, score, **extra):
+    metric = study.FULL[task]["metrics"][0]
+    return {"size": "full", "task": task, "lr": lr, "seed": seed, "system": system,
+            "metrics": {metric: score}, "train_examples": 100, **extra}
+
+
+def test_the_sweep_comes_first_and_its_best_lr_is_the_rows():
+    ready, waiting = study.plan([], ["mrpc"])
+    assert ready == [study.Job("mrpc", lr, study.SWEEP_SEED, "bertkit") for lr in study.LR_GRID]
+    assert waiting == 6  # 3 bertkit + 3 reference seeds wait on the sweep
+    sweep = [run("mrpc", lr, study.SWEEP_SEED, "bertkit", s)
+             for lr, s in zip(study.LR_GRID, (0.80, 0.85, 0.83))]
+    assert study.chosen_lr("mrpc", sweep[:2]) is None  # incomplete: no choice yet
+    assert study.chosen_lr("mrpc", sweep) == 3e-5
+    ready, waiting = study.plan(sweep, ["mrpc"])
+    assert waiting == 0
+    assert ready == [study.Job("mrpc", 3e-5, seed, system) for seed in range(3)
+                     for system in ("bertkit", "transformers")]
+
+
+def test_finished_runs_are_not_run_again_and_quick_records_are_ignored():
+    sweep = [run("sst2", lr, study.SWEEP_SEED, "bertkit", 0.9) for lr in study.LR_GRID]
+    assert study.chosen_lr("sst2", sweep) == 2e-5  # a tie goes to the smaller lr
+    done = sweep + [run("sst2", 2e-5, 0, "bertkit", 0.9), run("sst2", 2e-5, 0, "transformers", 0.9),
+                    {**run("sst2", 2e-5, 1, "bertkit", 0.9), "size": "quick"}]
+    ready, _ = study.plan(done, ["sst2"])
+    # sst2's reference runs one seed (hours a run): only bertkit's seeds 1 and 2 are left
+    assert ready == [study.Job("sst2", 2e-5, 1, "bertkit"), study.Job("sst2", 2e-5, 2, "bertkit")]
+
+
+def test_the_table_says_whether_the_gap_is_within_the_seed_spread():
+    records = [run("rte", lr, study.SWEEP_SEED, "bertkit", 0.6) for lr in study.LR_GRID]
+    records += [run("rte", 2e-5, s, "bertkit", v, train_s=10.0, side_by_side=2)
+                for s, v in enumerate((0.60, 0.62, 0.64))]
+    records += [run("rte", 2e-5, s, "transformers", v, train_s=20.0)
+                for s, v in enumerate((0.59, 0.63, 0.66))]
+    line = next(x for x in study.full_table(records) if x.startswith("| rte"))
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    assert cells[3] == "62.00 ± 2.00 (3)" and cells[4] == "62.67 ± 3.51 (3)"
+    assert cells[5] == "-0.67" and cells[6] == "yes"
+    assert cells[7].startswith("3 s,") and cells[7].endswith("†")  # 10 s / 3 epochs, shared
+    assert not cells[8].endswith("†")
+    records = [r if r["system"] != "transformers" else {**r, "metrics": {"accuracy": 0.7}}
+               for r in records]
+    line = next(x for x in study.full_table(records) if x.startswith("| rte"))
+    assert "**no**" in line
+
+
+@pytest.mark.parametrize("task", sorted(study.FULL))
+def test_every_full_row_names_its_metrics_and_a_published_reference(task):
+    spec = study.FULL[task]
+    assert spec["metrics"] and spec["ref_seeds"] in (1, 3) and spec["published"]
