@@ -11,8 +11,7 @@ import json
 import os
 import sys
 import tempfile
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,35 +49,6 @@ def progress_bar(iterable: Any = None, **kwargs: Any) -> tqdm:
         kwargs["mininterval"] = max(30.0, kwargs.get("mininterval", 0.0))
         kwargs["dynamic_ncols"] = False
     return tqdm(iterable, **kwargs)
-
-
-def watch_progress(work: Callable[[], Any], counter: Any, total: int, desc: str,
-                   unit: str = "it", enabled: bool = True) -> Any:
-    """work() and its result; when `enabled`, it runs in a thread while this one shows
-    `counter[0]` of `total` on a progress bar (work must release the GIL, as a `nogil` numba
-    kernel does, and write its progress into `counter`). Its error is re-raised here."""
-    if not enabled:
-        return work()
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = work()
-        except BaseException as err:  # re-raised in the caller's thread
-            outcome["error"] = err
-
-    worker = threading.Thread(target=target, name=desc, daemon=True)
-    with progress_bar(total=total, unit=unit, desc=desc) as bar:
-        worker.start()
-        while True:  # the last update after the thread ended: a fast run ends at its count
-            worker.join(0.2)
-            bar.n = int(counter[0])
-            bar.refresh()
-            if not worker.is_alive():
-                break
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
 
 
 def _umask() -> int:

@@ -1,4 +1,5 @@
-"""The compiled merge loop gives exactly the merges of the Python reference loop (Merger)."""
+"""The compiled merge loop gives exactly the merges of the Python reference loop (Merger);
+its progress watcher."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import math
 import random
 
 import numba.core.config
+import numpy as np
 import pytest
 from numba import njit
 from numba.core import caching
 
-import bertkit.io
-from bertkit.tokenization import kernel_structs
-from bertkit.tokenization.merge_kernel import PMI, _score, run_merges
+from bertkit.tokenization import merge_kernel, merge_tables
+from bertkit.tokenization.merge_kernel import run_merges, watch_progress
+from bertkit.tokenization.merge_priority import score
+from bertkit.tokenization.merge_state import PMI
 from bertkit.tokenization.merges import Merger
 
 
@@ -73,7 +76,7 @@ def test_progress_bar_follows_the_compiled_loop(monkeypatch):
         def refresh(self):
             self.refreshed += 1
 
-    monkeypatch.setattr(bertkit.io, "progress_bar", Bar)
+    monkeypatch.setattr(merge_kernel, "progress_bar", Bar)
     for drop in (False, True):
         expected = run_merges(words, units, "likelihood", 2, 300, drop_absorbed=drop)
         got = run_merges(words, units, "likelihood", 2, 300, drop_absorbed=drop, progress=True)
@@ -87,7 +90,9 @@ def test_no_words_no_merges():
     assert run_merges({}, [], "likelihood", 2, 10) == Merger({}, [], "likelihood", 2).run(10)
 
 
-@pytest.mark.parametrize("name", ["kernel_structs", "merge_kernel"])
+@pytest.mark.parametrize(
+    "name", ["merge_state", "merge_tables", "merge_heap", "merge_priority", "merge_step",
+             "merge_kernel"])
 def test_modules_load_without_a_writable_cache_folder(monkeypatch, name):
     """No folder numba could cache in (read-only install and home): numba refuses cache=True
     at import; the kernel modules still load (compiled per process instead)."""
@@ -103,14 +108,34 @@ def test_modules_load_without_a_writable_cache_folder(monkeypatch, name):
     spec = importlib.util.find_spec(f"bertkit.tokenization.{name}")
     module = importlib.util.module_from_spec(spec)  # a fresh copy: sys.modules keeps its own
     spec.loader.exec_module(module)
-    if name == "merge_kernel":
-        assert module._xlogx(2.0) == 2.0 * math.log(2.0)  # compiled, not cached
-    else:
-        assert module._hash(12345, 1023) == kernel_structs._hash(12345, 1023)
+    if name == "merge_priority":
+        assert module.xlogx(2.0) == 2.0 * math.log(2.0)  # compiled, not cached
+    elif name == "merge_tables":
+        assert module._hash(12345, 1023) == merge_tables._hash(12345, 1023)
 
 
 def test_pmi_score_does_not_overflow_on_billions_of_occurrences():
     """Units seen 4e9 times each: their product passes int64; the score stays count / (ca cb)."""
     ca = cb = 4_000_000_000
-    score = _score(PMI, 1_000_000, False, ca, cb, 0.0, 0.0, 10**10, 0.0)
-    assert score == pytest.approx(1_000_000 / 1.6e19, rel=1e-12)
+    pmi = score(PMI, 1_000_000, False, ca, cb, 0.0, 0.0, 10**10, 0.0)
+    assert pmi == pytest.approx(1_000_000 / 1.6e19, rel=1e-12)
+
+
+def test_watch_progress_returns_the_result_with_and_without_the_bar():
+    counter = np.zeros(1, dtype=np.int64)
+
+    def work():
+        counter[0] = 7
+        return "done"
+
+    assert watch_progress(work, counter, 7, "work", enabled=False) == "done"
+    assert watch_progress(work, counter, 7, "work") == "done"
+
+
+def test_watch_progress_reraises_the_work_error():
+    """An error inside the watched work reaches the caller (not lost in the thread)."""
+    def fail():
+        raise ValueError("inside the loop")
+
+    with pytest.raises(ValueError, match="inside the loop"):
+        watch_progress(fail, np.zeros(1, dtype=np.int64), 10, "merging")

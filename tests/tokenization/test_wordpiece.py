@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from bertkit.errors import BertkitError
 from bertkit.tokenization import BertTokenizer, load_vocab
-from bertkit.tokenization.wordpiece import truncated_lengths
+from bertkit.tokenization.encoding import truncated_lengths
 
 # ---- Google's golden cases (google-research/bert tokenization_test.py) ----------------------
 

@@ -1,15 +1,16 @@
-"""Fitting, padding and tensorizing encodings for `BertTokenizer`: Google's pair truncation,
+"""Padding encodings into a batch for `BertTokenizer.encode_padded`: the length to pad to,
 right-padding into rows, rows into tensors."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 from bertkit.errors import BertkitError
+from bertkit.tokenization.encoding import Encoding
 
-if TYPE_CHECKING:
-    from bertkit.tokenization.wordpiece import Encoding
+Padding = bool | Literal["longest", "max_length"]
+TensorKind = Literal["pt", "np"] | None
 
 # What a pad position holds in each field.
 _PAD_VALUES: dict[str, Any] = {
@@ -19,6 +20,32 @@ _PAD_VALUES: dict[str, Any] = {
     "offsets": (0, 0),
     "word_ids": None,
 }
+
+
+def padding_length(
+    encodings: Sequence[Encoding], padding: Padding, max_length: int | None,
+    model_max_length: int | None,
+) -> int | None:
+    """Length to pad every row to (None: no padding): the longest row's for True/"longest",
+    `max_length` (else `model_max_length`) for "max_length", which no row may exceed."""
+    longest = max((len(e) for e in encodings), default=0)
+    if padding is True or padding == "longest":
+        return longest
+    if padding is False:
+        return None
+    if padding != "max_length":
+        raise BertkitError(
+            f"padding must be True, False, 'longest' or 'max_length', got {padding!r}"
+        )
+    length = max_length if max_length is not None else model_max_length
+    if length is None:
+        raise BertkitError("padding='max_length' needs max_length (no model_max_length known)")
+    if longest > length:
+        raise BertkitError(
+            f"a sequence has {longest} tokens, more than max_length={length}; "
+            "enable truncation or raise max_length"
+        )
+    return length
 
 
 def pad_rows(
@@ -59,22 +86,3 @@ def to_tensors(rows: dict[str, list[list[Any]]], kind: str) -> dict[str, Any]:
     import torch
 
     return {key: torch.from_numpy(array) for key, array in arrays.items()}
-
-
-def truncated_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
-    """Lengths of A and B after Google's ``_truncate_seq_pair`` fits them into `budget` tokens.
-
-    Google removes one token at a time from the end of the longer sequence, from B on ties.
-    In closed form: the longer one shrinks to the other's length, then both shrink in turn,
-    B first, so when an odd number is left to remove B loses the extra token.
-    """
-    excess = len_a + len_b - budget
-    if excess <= 0:
-        return len_a, len_b
-    gap = min(abs(len_a - len_b), excess)
-    if len_a > len_b:
-        len_a -= gap
-    else:
-        len_b -= gap
-    excess -= gap
-    return len_a - excess // 2, len_b - (excess - excess // 2)

@@ -3,13 +3,9 @@
 Basic tokenization (see :mod:`bertkit.tokenization.basic`), then greedy longest-match-first
 WordPiece: each word is cut into the longest vocabulary piece from its start, then the longest
 ``##``-prefixed piece from there, and so on; a word that cannot be cut all the way becomes one
-``[UNK]``. The `tokenizers` library (Rust) does the work; this module adds BERT's input layout,
-Google's pair truncation, padding and (de)serialization.
-
-Input layout, as in the paper (Devlin et al., 2019, figure 2)::
-
-    [CLS] my dog is cute [SEP] he likes play ##ing [SEP]
-      0    0   0   0   0    0   1    1     1    1     1     <- token_type_ids (segment A / B)
+``[UNK]``. The `tokenizers` library (Rust) does the work; this module adds BERT's input layout
+and Google's pair truncation (:mod:`bertkit.tokenization.encoding`), padding
+(:mod:`bertkit.tokenization.batching`) and (de)serialization.
 
 Ids and segment ids match ``transformers``' slow, pure-Python BERT tokenizer (``BertTokenizer``
 before transformers 5, ``BertTokenizerLegacy`` since; it reproduces Google's algorithm), and
@@ -30,21 +26,20 @@ offsets match HF's fast one. Intentional differences:
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal, overload
+from typing import Any, overload
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, processors
 
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text
 from bertkit.tokenization.basic import build_normalizer, build_pre_tokenizer
-from bertkit.tokenization.batching import pad_rows, to_tensors, truncated_lengths
+from bertkit.tokenization.batching import Padding, TensorKind, pad_rows, padding_length, to_tensors
+from bertkit.tokenization.encoding import Encoding, assemble
 from bertkit.tokenization.vocab_io import (
     CLS,
     MASK,
@@ -60,30 +55,6 @@ from bertkit.tokenization.vocab_io import (
 
 _SPECIAL_NAMES = ("pad", "unk", "cls", "sep", "mask")  # HF's tokenizer_config keys: pad_token ...
 DEFAULT_MAX_CHARS_PER_WORD = 100
-
-Padding = bool | Literal["longest", "max_length"]
-TensorKind = Literal["pt", "np"] | None
-
-
-@dataclass(frozen=True)
-class Encoding:
-    """One encoded text or pair, in model-input order (specials included when asked for).
-
-    `offsets` are ``(start, end)`` character offsets into the original text (into the pair's
-    text for segment B), ``(0, 0)`` for special tokens; `word_ids` index the words of each
-    segment (counting from 0 again in B) and are None for special tokens.
-    """
-
-    input_ids: list[int]
-    token_type_ids: list[int]
-    attention_mask: list[int]
-    special_tokens_mask: list[int]
-    offsets: list[tuple[int, int]]
-    word_ids: list[int | None]
-    tokens: list[str]
-
-    def __len__(self) -> int:
-        return len(self.input_ids)
 
 
 def _build_engine(
@@ -370,7 +341,7 @@ class BertTokenizer:
             truncation=truncation,
             add_special_tokens=add_special_tokens,
         )
-        length = self._padding_length(encodings, padding, max_length)
+        length = padding_length(encodings, padding, max_length, self.model_max_length)
         # [PAD] is looked up only when needed: a vocabulary without it can still encode batches
         # of equal length (Google's test vocabulary has none)
         needs_pad = length is not None and any(len(e) < length for e in encodings)
@@ -409,64 +380,7 @@ class BertTokenizer:
         return max_length if max_length is not None else self.model_max_length
 
     def _assemble(self, first: Any, second: Any, limit: int | None, specials: bool) -> Encoding:
-        """[CLS] A [SEP] (B [SEP]) from two special-token-free `tokenizers` encodings."""
-        n_special = (2 if second is None else 3) if specials else 0
-        n_first = len(first.ids)
-        n_second = 0 if second is None else len(second.ids)
-        if limit is not None:
-            if limit < n_special:
-                raise BertkitError(
-                    f"max_length={limit} leaves no room for the {n_special} special tokens"
-                )
-            n_first, n_second = truncated_lengths(n_first, n_second, limit - n_special)
-        parts = [self._special_part(CLS, 0)] if specials else []
-        for type_id, (segment, n) in enumerate([(first, n_first), (second, n_second)]):
-            if segment is None:
-                continue
-            parts.append(_segment_part(segment, n, type_id))
-            if specials:
-                parts.append(self._special_part(SEP, type_id))
-        # parts are rows of the 7 Encoding fields; concatenate them field by field
-        return Encoding(*(list(itertools.chain.from_iterable(f)) for f in zip(*parts, strict=True)))
-
-    def _special_part(self, token: str, type_id: int) -> tuple[list[Any], ...]:
-        return ([self._vocab[token]], [type_id], [1], [1], [(0, 0)], [None], [token])
-
-    def _padding_length(
-        self, encodings: Sequence[Encoding], padding: Padding, max_length: int | None
-    ) -> int | None:
-        """Length to pad every row to (None: no padding)."""
-        longest = max((len(e) for e in encodings), default=0)
-        if padding is True or padding == "longest":
-            return longest
-        if padding is False:
-            return None
-        if padding != "max_length":
-            raise BertkitError(
-                f"padding must be True, False, 'longest' or 'max_length', got {padding!r}"
-            )
-        length = max_length if max_length is not None else self.model_max_length
-        if length is None:
-            raise BertkitError("padding='max_length' needs max_length (no model_max_length known)")
-        if longest > length:
-            raise BertkitError(
-                f"a sequence has {longest} tokens, more than max_length={length}; "
-                "enable truncation or raise max_length"
-            )
-        return length
-
-
-def _segment_part(segment: Any, n: int, type_id: int) -> tuple[list[Any], ...]:
-    """The first `n` tokens of a `tokenizers` encoding as a row of the Encoding fields."""
-    return (
-        segment.ids[:n],
-        [type_id] * n,
-        [1] * n,
-        [0] * n,
-        segment.offsets[:n],
-        segment.word_ids[:n],
-        segment.tokens[:n],
-    )
+        return assemble(first, second, limit, specials, self._vocab[CLS], self._vocab[SEP])
 
 
 def _clean_up_spaces(text: str) -> str:
@@ -496,5 +410,3 @@ def _check_texts(texts: object, name: str) -> list[str]:
         if not isinstance(text, str):
             raise BertkitError(f"{name}[{index}] must be a string, got {type(text).__name__}")
     return list(texts)
-
-
