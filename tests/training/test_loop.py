@@ -370,8 +370,12 @@ def test_packed_fine_tuning_steps_read_nothing_back_either(tmp_path, monkeypatch
     assert all(per_step[s] == 0 for s in (1, 2, 3, 5, 6, 7)), reads.reads
     padded = train(model(), data, pad, config(tmp_path / "padded", **kw))
     assert packed.losses == pytest.approx(padded.losses, rel=1e-4)
-    grouped = packed_batch(pad, GROUP_COST, data[:8])["packed"]
-    assert len(grouped.groups) > 1  # the CPU's length groups, when the device is the CPU
+    # the collate cuts the layout by the cost it is given (the CPU's GROUP_COST or a device's
+    # infinite one): free cuts give one group per distinct length, infinite cost one group
+    lengths = {len(it["input_ids"]) for it in data[:8]}
+    assert len(packed_batch(pad, 0.0, data[:8])["packed"].groups) == len(lengths) > 1
+    assert len(packed_batch(pad, float("inf"), data[:8])["packed"].groups) == 1
+    assert packed_batch(pad, GROUP_COST, data[:8])["packed"].groups  # the CPU's cut: valid
 
 
 def _child(mode: str, out: str, *rest: str) -> None:
