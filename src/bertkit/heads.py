@@ -23,7 +23,8 @@ from torch import nn
 
 from bertkit.checkpoint import PretrainedMixin
 from bertkit.config import BertConfig
-from bertkit.model import BertModel, Dropout, VarlenLayout, activation, init_weights
+from bertkit.model import BertModel, Dropout, activation, init_weights
+from bertkit.varlen import VarlenLayout
 
 
 @dataclass

@@ -11,7 +11,6 @@ import torch
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForPreTraining
-from bertkit.model import VarlenLayout
 from bertkit.tasks import get_task
 from bertkit.tasks.base import split_dev
 from bertkit.tasks.squad import SquadExample
@@ -27,6 +26,7 @@ from bertkit.training.finetune import (
 )
 from bertkit.training.grid import pick_run, summarize
 from bertkit.training.stream import stream_seed
+from bertkit.varlen import VarlenLayout
 
 
 @pytest.fixture()

@@ -333,10 +333,10 @@ def test_packed_fine_tuning_steps_read_nothing_back_either(tmp_path, monkeypatch
     from the collate (built on the host from the batch's mask), so steps between sync points
     still read nothing back; the losses equal the padded forward's."""
     from bertkit.heads import BertForSequenceClassification
-    from bertkit.model import GROUP_COST
     from bertkit.switches import DEVICE_GENERIC
     from bertkit.training import loop
     from bertkit.training.finetune import packed_batch
+    from bertkit.varlen import GROUP_COST
 
     monkeypatch.setenv(DEVICE_GENERIC, "1")
     gen = torch.Generator().manual_seed(3)
@@ -375,7 +375,9 @@ def test_packed_fine_tuning_steps_read_nothing_back_either(tmp_path, monkeypatch
     lengths = {len(it["input_ids"]) for it in data[:8]}
     assert len(packed_batch(pad, 0.0, data[:8])["packed"].groups) == len(lengths) > 1
     assert len(packed_batch(pad, float("inf"), data[:8])["packed"].groups) == 1
-    assert packed_batch(pad, GROUP_COST, data[:8])["packed"].groups  # the CPU's cut: valid
+    cpu_cut = packed_batch(pad, GROUP_COST, data[:8])["packed"].groups  # the CPU's cut:
+    assert cpu_cut[0].first == 0 and cpu_cut[-1].last == 8  # every sequence, in order
+    assert all(a.last == b.first for a, b in zip(cpu_cut, cpu_cut[1:]))
 
 
 def _child(mode: str, out: str, *rest: str) -> None:

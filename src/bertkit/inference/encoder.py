@@ -38,10 +38,11 @@ from torch import nn
 from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.errors import BertkitError
 from bertkit.io import progress_bar
-from bertkit.model import BertModel, VarlenLayout
+from bertkit.model import BertModel
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.windows import context_score, window_starts
 from bertkit.training.hardware import resolve_device, resolve_precision
+from bertkit.varlen import VarlenLayout
 
 log = logging.getLogger("bertkit")
 

@@ -31,7 +31,7 @@ from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.errors import BertkitError
 from bertkit.heads import HEAD_CLASSES
 from bertkit.io import atomic_write_text, check_output_dir, claim_output_dir
-from bertkit.model import GROUP_COST, VarlenLayout, cpu_branches
+from bertkit.model import attention_group_cost
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task, get_task
 from bertkit.tasks.base import run_model, split_dev
 from bertkit.tasks.feature_based import load_feature_model
@@ -40,6 +40,7 @@ from bertkit.training.hardware import resolve_device
 from bertkit.training.loop import TrainConfig, train
 from bertkit.training.state import list_checkpoints
 from bertkit.training.stream import stream_seed
+from bertkit.varlen import VarlenLayout
 
 log = logging.getLogger(__name__)
 
@@ -323,8 +324,7 @@ def training_collate(task: Task, model: nn.Module, cfg: FinetuneConfig):
     attention groups, so that the device never reads the lengths back."""
     if cfg.packed and "packed" in inspect.signature(model.forward).parameters:
         device = resolve_device(cfg.train.device)
-        group_cost = GROUP_COST if cpu_branches(device) else math.inf
-        return functools.partial(packed_batch, task.collate, group_cost)
+        return functools.partial(packed_batch, task.collate, attention_group_cost(device))
     return task.collate
 
 
