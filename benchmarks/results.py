@@ -56,6 +56,7 @@ from results_full import (
     append,
     done_jobs,
     full_table,
+    read_store,
     run_study,
 )
 from results_full import epochs as full_epochs
@@ -202,12 +203,6 @@ def run_transformers(task: str, spec: dict, seed: int, args) -> dict:
 def row_key(task: str, args) -> str:
     return (f"{task}|train={args.train_examples}|dev={args.dev_examples}|lr={args.lr:g}|"
             f"epochs={args.epochs:g}|{args.optimizer}|{args.schedule}")
-
-
-def read_store(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def quick_records(records: list[dict]) -> list[dict]:

@@ -134,8 +134,6 @@ def plan(records: list[dict], tasks: list[str]) -> tuple[list[Job], int]:
 
 def run_study(tasks: list[str], workers: int, store: Path, threads: int) -> None:
     """Keep `workers` runs going (each a child `results.py` process) until the plan is empty."""
-    from results import read_store
-
     WORK.mkdir(parents=True, exist_ok=True)
     running: dict[Job, subprocess.Popen] = {}
     script = str(Path(__file__).with_name("results.py"))
@@ -187,6 +185,13 @@ def record(job: Job, metrics: dict, timing: dict, side_by_side: int, threads: in
             "metric": FULL[job.task]["metrics"][0], "metrics": metrics, **timing,
             "threads": threads, "side_by_side": side_by_side, "cpu": cpu_name(),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def read_store(path: Path) -> list[dict]:
+    """Every run of the store (quick and full size), one record a line; none before the first."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def append(store: Path, rec: dict) -> None:

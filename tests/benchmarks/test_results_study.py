@@ -77,10 +77,7 @@ def test_every_full_row_names_its_metrics_and_a_published_reference(task):
 def test_the_docs_full_table_is_the_stores():
     """docs/results.md shows what the committed store holds (`results.py --report --write-doc`
     after the runs): a store committed without its table, or a hand edit, fails here."""
-    import json
-
-    store = study.REPO / "benchmarks" / "results_runs.jsonl"
-    records = [json.loads(line) for line in store.read_text().splitlines() if line.strip()]
+    records = study.read_store(study.REPO / "benchmarks" / "results_runs.jsonl")
     doc = (study.REPO / "docs" / "results.md").read_text(encoding="utf-8")
     shown = doc.split(study.FULL_BEGIN, 1)[1].split(study.FULL_END, 1)[0].strip().splitlines()
     assert shown == study.full_table(records)
