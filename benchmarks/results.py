@@ -30,6 +30,7 @@ already there is not run again, so a stopped study goes on where it stopped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import shutil
@@ -160,6 +161,8 @@ def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None)
             shutil.rmtree(out.parent, ignore_errors=True)
     if keep:
         shutil.rmtree(out, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            out.parent.rmdir()  # the job's folder, once nothing is left in it to resume
     scores = {k: v for k, v in metrics.items() if isinstance(v, float) and k != "lr"}
     return {"metrics": scores, "train_examples": metrics["train_examples"], "resumed": resumed,
             **times}

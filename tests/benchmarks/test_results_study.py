@@ -3,6 +3,7 @@ store alone, so that a stopped study goes on where it stopped."""
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -81,3 +82,35 @@ def test_the_docs_full_table_is_the_stores():
     doc = (study.REPO / "docs" / "results.md").read_text(encoding="utf-8")
     shown = doc.split(study.FULL_BEGIN, 1)[1].split(study.FULL_END, 1)[0].strip().splitlines()
     assert shown == study.full_table(records)
+
+
+def test_a_finished_bertkit_run_leaves_no_folder_and_a_killed_one_keeps_its_epochs(tmp_path,
+                                                                                  monkeypatch):
+    results = pytest.importorskip("results")  # needs the benchmark's reference side too
+    out = tmp_path / "cola-lr3e-05-seed0-bertkit" / "run"
+
+    def killed(config):
+        Path(config.output_dir).mkdir(parents=True)
+        (Path(config.output_dir) / "last.pt").write_text("epoch 1")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(results, "run_one", killed)
+    with pytest.raises(KeyboardInterrupt):
+        results.run_bertkit("cola", study.FULL["cola"], 0, results_args(results), out=out)
+    assert (out / "last.pt").exists()  # what the next start resumes from
+
+    seen = {}
+
+    def finishes(config):
+        seen["resume"] = config.train.resume
+        return {"mcc": 0.25, "train_examples": 8}
+
+    monkeypatch.setattr(results, "run_one", finishes)
+    got = results.run_bertkit("cola", study.FULL["cola"], 0, results_args(results), out=out)
+    assert seen["resume"] and got["resumed"] and got["metrics"] == {"mcc": 0.25}
+    assert not out.parent.exists()
+
+
+def results_args(results):
+    return SimpleNamespace(lr=3e-5, epochs=3, train_examples=None, dev_examples=None,
+                           optimizer="adamw", schedule="linear", model_dir="unused")

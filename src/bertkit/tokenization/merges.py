@@ -88,8 +88,8 @@ class Merger:
     units falls (:meth:`merge` then pushes its pairs again): otherwise a loser whose floor
     bound still beats the top would be popped again at every merge. A pair whose count-free
     bound (:meth:`_free_bound`) is below the last merge's score is *parked* with that bound,
-    which no falling unit count makes stale, so lowering a floor skips it. (Measured, 50 books
-    at 30,522: 37 s CPU with floor bounds alone, 14 s with both.)
+    which no falling unit count makes stale, so lowering a floor skips it. (What each bound
+    saves is measured in docs/benchmarks.md, the vocabulary trainer's "Speed, what changed".)
     """
 
     def __init__(
