@@ -115,7 +115,8 @@ TASKS = {
 def finetune_config(task: str, spec: dict, seed: int, out: str, args,
                     resume: bool = False) -> FinetuneConfig:
     train = finetune_train_config(out, lr=args.lr, seed=seed, progress=False, precision="fp32",
-                                  optimizer=args.optimizer, schedule=args.schedule, resume=resume)
+                                  optimizer=args.optimizer, schedule=args.schedule, resume=resume,
+                                  save_every=spec.get("save_every", 0))
     freeze = spec.get("freeze", False)
     return FinetuneConfig(task=spec.get("task", task), model_dir=args.model_dir,
                           data_dir=str(DATA / spec["folder"]), train=train, epochs=args.epochs,
@@ -145,7 +146,7 @@ def _timed_train(times: dict):
 
 def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None) -> dict:
     """One run of run_one. With `out`, the run folder is kept until the run finishes, so that a
-    killed run resumes from its last epoch (then its times cover the last part only)."""
+    killed run resumes from its last saved state (then its times cover the last part only)."""
     keep = out is not None
     out = out or Path(tempfile.mkdtemp(prefix="results-")) / "run"
     resumed = keep and out.exists()

@@ -263,3 +263,38 @@ def test_packing_and_length_grouping_are_separate_options(flags, packed, grouped
                                       "--output", str(tmp_path / "out"), *flags])
     cfg = finetune_config(args)[0]
     assert (cfg.packed, cfg.group_by_length) == (packed, grouped)
+
+
+
+class Killed(BaseException):
+    """A kill the CLI cannot catch, right after a state was written."""
+
+
+def test_a_run_killed_inside_an_epoch_resumes_from_save_every_to_the_same_model(
+        tiny_model, shared_data, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    from bertkit.training import loop
+
+    glue = ["--data", str(shared_data / "glue"), "--save-every", "2"]
+    whole = finetune(tiny_model, tmp_path / "whole", "wnli", glue, n=32)  # 4 steps, one epoch
+    saved, save = [], loop._save
+
+    def killed_after_step_2(run, config, metrics):
+        saved.append(run.step)
+        path = save(run, config, metrics)
+        if run.step == 2:
+            raise Killed
+        return path
+
+    monkeypatch.setattr(loop, "_save", killed_after_step_2)
+    with pytest.raises(Killed):
+        finetune(tiny_model, tmp_path / "cut", "wnli", glue, n=32)
+    monkeypatch.undo()
+    again = finetune(tiny_model, tmp_path / "cut", "wnli", [*glue, "--resume"], n=32)
+    assert saved == [2]  # without --save-every an epoch's only state is its end (step 4)
+    assert again["steps"] == whole["steps"] == 4
+    assert again["final_loss"] == whole["final_loss"] and again["accuracy"] == whole["accuracy"]
+    for name, tensor in load_file(tmp_path / "whole" / "model.safetensors").items():
+        torch.testing.assert_close(load_file(tmp_path / "cut" / "model.safetensors")[name],
+                                   tensor, rtol=0, atol=0)

@@ -59,6 +59,9 @@ def test_steps_follow_epochs_and_max_steps_caps_them():
     assert run_steps(cfg(train=dict(max_steps=3)), 100) == 3
     loop = train_config(cfg(epochs=3.0), 100)
     assert loop.max_steps == 12 and loop.save_every == 4  # a resumable state per epoch
+    assert train_config(cfg(epochs=3.0, train=dict(save_every=5)), 100).save_every == 5
+    with pytest.raises(BertkitError, match="--save-every must be >= 0"):
+        cfg(train=dict(save_every=-5))
 
 
 def test_head_init_stream_is_independent_of_the_dropout_stream(tiny_dir):

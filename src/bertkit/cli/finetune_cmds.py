@@ -80,6 +80,9 @@ def _add_finetune(subparsers) -> None:
                    help="batches of similar lengths: less padding in attention, but batches "
                    "are no longer i.i.d. and runs are less stable (docs/results.md)")
     p.add_argument("--eval-every", type=int, default=0, help="steps between dev evaluations")
+    p.add_argument("--save-every", type=int, default=0,
+                   help="steps between resumable states (default 0: one per epoch); an hour-long "
+                   "epoch killed midway then resumes from its last state")
     p.add_argument("--no-test-predictions", action="store_true",
                    help="do not label the test file(s) found beside train/dev")
     p.add_argument("--keep-training-state", action="store_true",
@@ -168,7 +171,8 @@ def finetune_config(args: argparse.Namespace) -> tuple[FinetuneConfig, list[floa
         max_steps=args.max_steps, micro_batch_size=args.micro_batch_size,
         warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
         optimizer=args.optimizer, schedule=args.schedule, precision=args.precision,
-        device=args.device, eval_every=args.eval_every, compile=args.compile,
+        device=args.device, eval_every=args.eval_every, save_every=args.save_every,
+        compile=args.compile,
         loader_workers=args.loader_workers,
         resume=args.resume, progress=not args.no_progress)
     for lr in lrs[1:]:

@@ -271,12 +271,12 @@ def run_steps(cfg: FinetuneConfig, n_features: int) -> int:
 
 
 def train_config(cfg: FinetuneConfig, n_features: int) -> TrainConfig:
-    """The loop's settings with the step count known: a resumable state every epoch (the loop
-    always saves the last step)."""
+    """The loop's settings with the step count known: a resumable state every `save_every`
+    steps where set, else every epoch (the loop always saves the last step)."""
     steps = run_steps(cfg, n_features)
     steps_per_epoch = max(1, math.ceil(n_features / cfg.train.batch_size))
-    return dataclasses.replace(cfg.train, max_steps=steps,
-                               save_every=steps_per_epoch if steps > steps_per_epoch else 0)
+    every = cfg.train.save_every or (steps_per_epoch if steps > steps_per_epoch else 0)
+    return dataclasses.replace(cfg.train, max_steps=steps, save_every=every)
 
 
 def run_one(cfg: FinetuneConfig) -> dict[str, Any]:

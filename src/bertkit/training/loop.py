@@ -106,6 +106,10 @@ class TrainConfig:
             raise BertkitError(f"--loader-workers must be >= 0, got {self.loader_workers}")
         if self.log_every < 1:
             raise BertkitError(f"--log-every must be >= 1, got {self.log_every}")
+        for name in ("eval_every", "save_every", "keep"):  # 0 has a meaning for each
+            if getattr(self, name) < 0:
+                raise BertkitError(f"--{name.replace('_', '-')} must be >= 0, "
+                                   f"got {getattr(self, name)}")
         resolve_warmup(self.max_steps or 0, self.warmup_steps, self.warmup_ratio)
 
     @property
