@@ -10,7 +10,9 @@ predictions keyed by guid, which bertkit's `Task.score` scores (so the metric is
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -46,14 +48,42 @@ def _optimizer(model, recipe: Recipe, steps: int):
     return opt, get_linear_schedule_with_warmup(opt, round(recipe.warmup_ratio * steps), steps)
 
 
-def _fit(model, make_batch, n: int, recipe: Recipe, seed: int) -> None:
-    """The loop: one shuffled order per epoch from the seed, AdamW, linear schedule, clip 1.0."""
+@dataclass(frozen=True)
+class Checkpointing:
+    """Where the loop keeps its whole state, and every how many steps (0: every epoch): a run
+    started again from the same file continues from the last state, the same steps bit for bit."""
+
+    path: Path
+    every: int = 0
+
+    def save(self, step: int, order: list[int], model, opt, sched, gen) -> None:
+        state = {"step": step, "order": order, "model": model.state_dict(),
+                 "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                 "order_rng": gen.get_state(), "torch_rng": torch.get_rng_state()}
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, self.path)  # a kill while writing leaves the previous state
+
+
+def _fit(model, make_batch, n: int, recipe: Recipe, seed: int,
+         checkpoint: Checkpointing | None = None) -> bool:
+    """The loop: one shuffled order per epoch from the seed, AdamW, linear schedule, clip 1.0.
+    Returns whether it continued from `checkpoint`'s state."""
     per_epoch = math.ceil(n / recipe.batch_size)
     steps = math.ceil(per_epoch * recipe.epochs)
     opt, sched = _optimizer(model, recipe, steps)
     gen = torch.Generator().manual_seed(seed)
+    start, order = 0, []
+    if checkpoint is not None and checkpoint.path.exists():
+        state = torch.load(checkpoint.path, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        gen.set_state(state["order_rng"])
+        torch.set_rng_state(state["torch_rng"])  # dropout
+        start, order = state["step"], state["order"]
     model.train()
-    for step in range(steps):
+    for step in range(start, steps):
         if step % per_epoch == 0:
             order = torch.randperm(n, generator=gen).tolist()
         b = recipe.batch_size
@@ -63,10 +93,14 @@ def _fit(model, make_batch, n: int, recipe: Recipe, seed: int) -> None:
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
+        if checkpoint is not None and (step + 1) % (checkpoint.every or per_epoch) == 0 \
+                and step + 1 < steps:
+            checkpoint.save(step + 1, order, model, opt, sched, gen)
+    return start > 0
 
 
 def train_sequence_classifier(model_dir: str, task, train: list, labels: list[str] | None,
-                              recipe: Recipe, seed: int):
+                              recipe: Recipe, seed: int, checkpoint: Checkpointing | None = None):
     """Fine-tune AutoModelForSequenceClassification (one output for regression)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -82,7 +116,7 @@ def train_sequence_classifier(model_dir: str, task, train: list, labels: list[st
         batch = tok.pad({k: [enc[k][i] for i in idx] for k in enc}, return_tensors="pt")
         return {**batch, "labels": torch.tensor([target[i] for i in idx], dtype=dtype)}
 
-    _fit(model, make_batch, len(train), recipe, seed)
+    _fit(model, make_batch, len(train), recipe, seed, checkpoint)
     return model, tok
 
 
@@ -107,7 +141,7 @@ def _encode_words(tok, examples, max_length: int):
 
 
 def train_token_classifier(model_dir: str, train: list, labels: list[str], recipe: Recipe,
-                           seed: int):
+                           seed: int, checkpoint: Checkpointing | None = None):
     """run_ner's recipe: AutoModelForTokenClassification, each word's tag on its first piece,
     the other pieces -100 (label_all_tokens=False), labels padded with -100."""
     from transformers import AutoModelForTokenClassification, AutoTokenizer
@@ -130,7 +164,7 @@ def train_token_classifier(model_dir: str, train: list, labels: list[str], recip
         rows = [targets[i] + [-100] * (T - len(targets[i])) for i in idx]
         return {**batch, "labels": torch.tensor(rows)}
 
-    _fit(model, make_batch, len(train), recipe, seed)
+    _fit(model, make_batch, len(train), recipe, seed, checkpoint)
     return model, tok
 
 
@@ -177,7 +211,7 @@ def _answer_span(enc, i: int, example) -> tuple[int, int]:
 
 
 def train_question_answering(model_dir: str, train: list, recipe: Recipe, seed: int,
-                             stride: int = 128):
+                             stride: int = 128, checkpoint: Checkpointing | None = None):
     """run_qa's recipe: AutoModelForQuestionAnswering on windows of `max_seq_length` tokens
     with `stride` overlap, each window labelled with the span or [CLS]."""
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
@@ -194,7 +228,7 @@ def train_question_answering(model_dir: str, train: list, recipe: Recipe, seed: 
         return {**batch, "start_positions": torch.tensor([spans[i][0] for i in idx]),
                 "end_positions": torch.tensor([spans[i][1] for i in idx])}
 
-    _fit(model, make_batch, len(spans), recipe, seed)
+    _fit(model, make_batch, len(spans), recipe, seed, checkpoint)
     return model, tok
 
 

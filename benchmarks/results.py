@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 from reference_loop import (
+    Checkpointing,
     Recipe,
     predict_answers,
     predict_sequences,
@@ -169,22 +170,30 @@ def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None)
             **times}
 
 
-def run_transformers(task: str, spec: dict, seed: int, args) -> dict:
-    """The same examples as bertkit (its `prepare_data`), trained by the reference loop."""
+def run_transformers(task: str, spec: dict, seed: int, args, state: Path | None = None) -> dict:
+    """The same examples as bertkit (its `prepare_data`), trained by the reference loop. With
+    `state`, the loop keeps its state there (every epoch, or `save_every` steps) until the run
+    finishes, so that a killed run resumes (then its times cover the last part only)."""
     t_start = time.perf_counter()
+    checkpoint = None
+    if state is not None:
+        state.parent.mkdir(parents=True, exist_ok=True)
+        checkpoint = Checkpointing(state, spec.get("save_every", 0))
+    resumed = checkpoint is not None and state.exists()
     cfg = finetune_config(task, spec, seed, "", args)
     t = build_task(cfg)
     data = prepare_data(t, cfg, BertTokenizer.from_pretrained(args.model_dir), cfg.settings(t))
     recipe = Recipe(lr=args.lr, epochs=args.epochs, max_seq_length=cfg.settings(t).max_seq_length)
     t0, c0 = time.perf_counter(), time.process_time()
     if t.name.startswith("squad"):
-        model, tok = train_question_answering(args.model_dir, data.train.examples, recipe, seed)
+        model, tok = train_question_answering(args.model_dir, data.train.examples, recipe, seed,
+                                              checkpoint=checkpoint)
         train_s, train_cpu_s = time.perf_counter() - t0, time.process_time() - c0
         dev = data.dev_splits[0].examples
         scores = t.score(dev, predict_answers(model, tok, dev, recipe))
     elif t.name == "conll2003":
         model, tok = train_token_classifier(args.model_dir, data.train.examples, data.labels,
-                                            recipe, seed)
+                                            recipe, seed, checkpoint)
         train_s, train_cpu_s = time.perf_counter() - t0, time.process_time() - c0
         scores = {}
         for split in data.dev_splits:  # dev, then test: suffixed as bertkit's evaluate_splits
@@ -194,13 +203,17 @@ def run_transformers(task: str, spec: dict, seed: int, args) -> dict:
             scores.update({f"{k}{suffix}": v for k, v in got.items()})
     else:
         model, tok = train_sequence_classifier(args.model_dir, t, data.train.examples,
-                                               data.labels, recipe, seed)
+                                               data.labels, recipe, seed, checkpoint)
         train_s, train_cpu_s = time.perf_counter() - t0, time.process_time() - c0
         dev = data.dev_splits[0].examples
         scores = t.score(dev, predict_sequences(model, tok, t, dev, data.labels, recipe))
     scores = {k: float(v) for k, v in scores.items()
               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return {"metrics": scores, "train_examples": len(data.train.examples), "resumed": False,
+    if checkpoint is not None:  # finished: nothing left to resume
+        state.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            state.parent.rmdir()
+    return {"metrics": scores, "train_examples": len(data.train.examples), "resumed": resumed,
             "train_s": train_s, "train_cpu_s": train_cpu_s, "wall_s": time.perf_counter() - t_start}
 
 
@@ -325,7 +338,7 @@ def run_full_job(job: Job, args) -> None:
     if job.system == "bertkit":
         got = run_bertkit(job.task, spec, job.seed, args, out=WORK / job.name / "run")
     else:
-        got = run_transformers(job.task, spec, job.seed, args)
+        got = run_transformers(job.task, spec, job.seed, args, state=WORK / job.name / "reference.pt")
     timing = {k: got[k] for k in ("train_s", "train_cpu_s", "wall_s", "train_examples", "resumed")
               if k in got}
     append(args.store, full_record(job, got["metrics"], timing, args.side_by_side, args.threads))

@@ -10,11 +10,11 @@ The plan, per task:
    gap fell outside the reference's spread gets more seeds for both systems (`seeds`).
 
 Every finished run is one line of the store (results.py's), so a stopped study goes on where it
-stopped; a bertkit run killed midway also resumes from its last saved state (every epoch, or
-`save_every` steps; its folder is kept under benchmarks/.study/ until it finishes), a reference
-run starts again. `run_study` keeps
-`workers` runs going side by side, one thread each, picking the first runnable job of the plan
-whenever one ends; the plan is re-read from the store each time, so it is never stale.
+stopped; a run killed midway, bertkit's or the reference's, also resumes from its last saved
+state (every epoch, or `save_every` steps; kept under benchmarks/.study/ until the run
+finishes). `run_study` keeps `workers` runs going side by side, one thread each, picking the
+first runnable job of the plan whenever one ends; the plan is re-read from the store each time,
+so it is never stale.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ FULL = {
     # SQuAD: only dev files here, split by article (the first 80% of the articles train, the
     # rest evaluate), length 384, stride 128, 2 epochs (the paper's SQuAD recipe): about 8k
     # training questions where the published rows had 88k (v1.1) and 130k (v2.0). An epoch is
-    # about half an hour of one core, so bertkit keeps a resumable state every 50 steps (about
-    # 8 minutes) as well: a study stopped at any time loses little.
+    # half an hour or more of one core, so both systems keep a resumable state every 50 steps
+    # (minutes apart): a study stopped at any time loses little.
     "squad1": {"folder": "squad", "metrics": ["f1", "exact_match"], "ref_seeds": 1,
                "split_dev": 0.2, "length": 384, "epochs": 2.0, "scale": 1, "save_every": 50,
                "published": "88.5 / –"},
