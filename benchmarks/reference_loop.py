@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -51,31 +51,43 @@ def _optimizer(model, recipe: Recipe, steps: int):
 @dataclass(frozen=True)
 class Checkpointing:
     """Where the loop keeps its whole state, and every how many steps (0: every epoch): a run
-    started again from the same file continues from the last state, the same steps bit for bit."""
+    started again from the same file continues from the last state, the same steps bit for bit.
+    The study removes the file's folder once the run is recorded."""
 
     path: Path
     every: int = 0
 
-    def save(self, step: int, order: list[int], model, opt, sched, gen) -> None:
-        state = {"step": step, "order": order, "model": model.state_dict(),
+    def save(self, run: dict, step: int, order: list[int], model, opt, sched, gen) -> None:
+        state = {"run": run, "step": step, "order": order, "model": model.state_dict(),
                  "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                  "order_rng": gen.get_state(), "torch_rng": torch.get_rng_state()}
         tmp = self.path.with_name(self.path.name + ".tmp")
         torch.save(state, tmp)
         os.replace(tmp, self.path)  # a kill while writing leaves the previous state
 
+    def load(self, run: dict) -> dict | None:
+        """The last state, if any; one of another run (other data, recipe or seed) is refused."""
+        if not self.path.exists():
+            return None
+        state = torch.load(self.path, weights_only=False)
+        if state["run"] != run:
+            raise RuntimeError(f"{self.path} holds the state of another run ({state['run']}, "
+                               f"not {run}): remove it to start this one again")
+        return state
+
 
 def _fit(model, make_batch, n: int, recipe: Recipe, seed: int,
-         checkpoint: Checkpointing | None = None) -> bool:
+         checkpoint: Checkpointing | None = None) -> None:
     """The loop: one shuffled order per epoch from the seed, AdamW, linear schedule, clip 1.0.
-    Returns whether it continued from `checkpoint`'s state."""
+    With `checkpoint`, it continues from the last state kept there."""
     per_epoch = math.ceil(n / recipe.batch_size)
     steps = math.ceil(per_epoch * recipe.epochs)
     opt, sched = _optimizer(model, recipe, steps)
     gen = torch.Generator().manual_seed(seed)
+    run = {"examples": n, "steps": steps, "seed": seed, **asdict(recipe)}
+    state = checkpoint.load(run) if checkpoint is not None else None
     start, order = 0, []
-    if checkpoint is not None and checkpoint.path.exists():
-        state = torch.load(checkpoint.path, weights_only=False)
+    if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -95,8 +107,7 @@ def _fit(model, make_batch, n: int, recipe: Recipe, seed: int,
         opt.zero_grad(set_to_none=True)
         if checkpoint is not None and (step + 1) % (checkpoint.every or per_epoch) == 0 \
                 and step + 1 < steps:
-            checkpoint.save(step + 1, order, model, opt, sched, gen)
-    return start > 0
+            checkpoint.save(run, step + 1, order, model, opt, sched, gen)
 
 
 def train_sequence_classifier(model_dir: str, task, train: list, labels: list[str] | None,

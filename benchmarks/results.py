@@ -30,7 +30,6 @@ already there is not run again, so a stopped study goes on where it stopped.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import shutil
@@ -76,6 +75,7 @@ from bertkit.training.finetune import (
     run_one,
 )
 from bertkit.training.loop import train as loop_train
+from bertkit.training.state import list_checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
@@ -146,25 +146,23 @@ def _timed_train(times: dict):
 
 
 def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None) -> dict:
-    """One run of run_one. With `out`, the run folder is kept until the run finishes, so that a
-    killed run resumes from its last saved state (then its times cover the last part only)."""
+    """One run of run_one. With `out`, the caller's run folder, a killed run resumes from its
+    last saved state (then its times cover the last part only); without, a temporary one."""
     keep = out is not None
     out = out or Path(tempfile.mkdtemp(prefix="results-")) / "run"
-    resumed = keep and out.exists()
+    # resumed: trained on from a state (a run killed before its first state starts again)
+    resumed = keep and (bool(list_checkpoints(out)) or (out / "metrics.json").is_file())
     times: dict = {}
     finetune_module.train = _timed_train(times)
     try:
         t0 = time.perf_counter()
-        metrics = run_one(finetune_config(task, spec, seed, str(out), args, resume=resumed))
+        metrics = run_one(finetune_config(task, spec, seed, str(out), args,
+                                          resume=keep and out.exists()))
         times["wall_s"] = time.perf_counter() - t0
     finally:
         finetune_module.train = loop_train
         if not keep:
             shutil.rmtree(out.parent, ignore_errors=True)
-    if keep:
-        shutil.rmtree(out, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            out.parent.rmdir()  # the job's folder, once nothing is left in it to resume
     scores = {k: v for k, v in metrics.items() if isinstance(v, float) and k != "lr"}
     return {"metrics": scores, "train_examples": metrics["train_examples"], "resumed": resumed,
             **times}
@@ -172,8 +170,8 @@ def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None)
 
 def run_transformers(task: str, spec: dict, seed: int, args, state: Path | None = None) -> dict:
     """The same examples as bertkit (its `prepare_data`), trained by the reference loop. With
-    `state`, the loop keeps its state there (every epoch, or `save_every` steps) until the run
-    finishes, so that a killed run resumes (then its times cover the last part only)."""
+    `state`, the loop keeps its state in that file (every epoch, or `save_every` steps), so
+    that a killed run resumes (then its times cover the last part only)."""
     t_start = time.perf_counter()
     checkpoint = None
     if state is not None:
@@ -209,10 +207,6 @@ def run_transformers(task: str, spec: dict, seed: int, args, state: Path | None 
         scores = t.score(dev, predict_sequences(model, tok, t, dev, data.labels, recipe))
     scores = {k: float(v) for k, v in scores.items()
               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    if checkpoint is not None:  # finished: nothing left to resume
-        state.unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            state.parent.rmdir()
     return {"metrics": scores, "train_examples": len(data.train.examples), "resumed": resumed,
             "train_s": train_s, "train_cpu_s": train_cpu_s, "wall_s": time.perf_counter() - t_start}
 
@@ -342,6 +336,7 @@ def run_full_job(job: Job, args) -> None:
     timing = {k: got[k] for k in ("train_s", "train_cpu_s", "wall_s", "train_examples", "resumed")
               if k in got}
     append(args.store, full_record(job, got["metrics"], timing, args.side_by_side, args.threads))
+    shutil.rmtree(WORK / job.name, ignore_errors=True)  # recorded: nothing left to resume
     print(f"{job.name}: {got['metrics'].get(spec['metrics'][0])} ({got['wall_s']:.0f} s)",
           flush=True)
 
@@ -395,7 +390,8 @@ def main() -> None:
                 p.error("--seed needs --task, --system and --lr (one run of the study)")
             run_full_job(Job(args.task, args.lr, args.seed, args.system), args)
         elif args.study:
-            run_study(tasks, args.workers, args.store, args.threads)
+            if run_study(tasks, args.workers, args.store, args.threads):
+                raise SystemExit(1)  # a run failed: the study is not complete
         else:
             p.error("full size: --study (the plan, side by side) or --task T --lr X --seed S "
                     "--system Z (one run); --quick for the reduced rows")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-WORK = REPO / "benchmarks" / ".study"  # bertkit's run folders until they finish (git-ignored)
+WORK = REPO / "benchmarks" / ".study"  # both systems' resumable states until recorded (git-ignored)
 LR_GRID = (2e-5, 3e-5, 5e-5)
 SWEEP_SEED = 100
 SEEDS = 3
@@ -135,33 +135,41 @@ def plan(records: list[dict], tasks: list[str]) -> tuple[list[Job], int]:
     return ready, waiting
 
 
-def run_study(tasks: list[str], workers: int, store: Path, threads: int) -> None:
-    """Keep `workers` runs going (each a child `results.py` process) until the plan is empty."""
+def run_study(tasks: list[str], workers: int, store: Path, threads: int,
+              script: Path | None = None, poll: float = 5.0) -> list[Job]:
+    """Keep `workers` runs going (each a child `results.py` process) until the plan is empty;
+    a run that fails is not started again in this call (its log says why). Returns those."""
     WORK.mkdir(parents=True, exist_ok=True)
     running: dict[Job, subprocess.Popen] = {}
-    script = str(Path(__file__).with_name("results.py"))
+    failed: list[Job] = []
+    script = script or Path(__file__).with_name("results.py")
     while True:
         for job, proc in list(running.items()):
             if proc.poll() is not None:
                 del running[job]
+                if proc.returncode:
+                    failed.append(job)
                 status = "done" if proc.returncode == 0 else f"FAILED rc={proc.returncode}"
                 print(f"{time.strftime('%H:%M:%S')} {job.name}: {status}", flush=True)
         ready, waiting = plan(read_store(store), tasks)
-        ready = [j for j in ready if j not in running]
+        ready = [j for j in ready if j not in running and j not in failed]
         if not ready and not running:
+            if failed:
+                print(f"study: {len(failed)} run(s) failed, see " +
+                      ", ".join(str(WORK / f"{j.name}.log") for j in failed), flush=True)
             print(f"study: nothing left to run ({waiting} runs wait on a sweep that failed)"
                   if waiting else "study: complete", flush=True)
-            return
+            return failed
         while ready and len(running) < workers:
             job = ready.pop(0)
             log = (WORK / f"{job.name}.log").open("a")
-            cmd = [sys.executable, script, *job.argv(), "--threads", str(threads),
+            cmd = [sys.executable, str(script), *job.argv(), "--threads", str(threads),
                    "--side-by-side", str(workers), "--store", str(store)]
             running[job] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                             cwd=REPO, env={**os.environ,
                                                            "OMP_NUM_THREADS": str(threads)})
             print(f"{time.strftime('%H:%M:%S')} {job.name}: started", flush=True)
-        time.sleep(5)
+        time.sleep(poll)
 
 
 def cpu_name() -> str:

@@ -77,7 +77,10 @@ def read_text_lines(path: str | os.PathLike) -> list[tuple[int, str]]:
 # --- output folders: the one rule every command follows ------------------------------------------
 
 # Settings a resumed run may change: they shape what is shown, not what is computed.
-IGNORED_ON_RESUME = ("resume", "progress", "overwrite", "log_every", "tensorboard", "keep")
+# When states are written and how many are kept change nothing a run computes (mid-run resume
+# is exact), so a killed run may continue with another --save-every.
+IGNORED_ON_RESUME = ("resume", "progress", "overwrite", "log_every", "tensorboard", "keep",
+                     "save_every")
 
 
 def check_not_inside(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]) -> None:

@@ -27,16 +27,20 @@ class Tiny(nn.Module):
         return SimpleNamespace(loss=nn.functional.cross_entropy(self.layer(self.drop(x)), labels))
 
 
-def make_batch(idx):
-    return {"x": X[idx], "labels": Y[idx]}
+RECIPE = Recipe(lr=1e-2, epochs=3, batch_size=8)
 
 
-def trained(checkpoint=None):
+def trained(checkpoint=None, recipe=RECIPE):
+    """The model, and the steps it was trained in this call (one batch each)."""
     torch.manual_seed(1)
-    model = Tiny()
-    resumed = _fit(model, make_batch, len(X), Recipe(lr=1e-2, epochs=3, batch_size=8), 7,
-                   checkpoint)
-    return model, resumed
+    model, batches = Tiny(), []
+
+    def make_batch(idx):
+        batches.append(idx)
+        return {"x": X[idx], "labels": Y[idx]}
+
+    _fit(model, make_batch, len(X), recipe, 7, checkpoint)
+    return model, len(batches)
 
 
 class Killed(BaseException):
@@ -44,13 +48,13 @@ class Killed(BaseException):
 
 
 def test_a_killed_reference_run_resumes_to_the_same_model(tmp_path, monkeypatch):
-    whole, resumed = trained()  # 5 steps an epoch, 15 in all
-    assert not resumed
+    whole, steps = trained()
+    assert steps == 15  # 5 an epoch
     saves, save = [], Checkpointing.save
 
-    def killed_at_step_7(self, step, *rest):
+    def killed_at_step_7(self, run, step, *rest):
         saves.append(step)
-        save(self, step, *rest)
+        save(self, run, step, *rest)
         if step == 7:
             raise Killed
 
@@ -59,14 +63,16 @@ def test_a_killed_reference_run_resumes_to_the_same_model(tmp_path, monkeypatch)
     with pytest.raises(Killed):
         trained(state)
     monkeypatch.undo()
-    again, resumed = trained(state)
-    assert saves == [7] and resumed
+    again, steps = trained(state)
+    assert saves == [7] and steps == 8  # the 8 steps after the state, not all 15 again
     for name, tensor in whole.state_dict().items():
         torch.testing.assert_close(again.state_dict()[name], tensor, rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="state of another run"):
+        trained(state, Recipe(lr=2e-2, epochs=3, batch_size=8))
 
 
 def test_the_state_is_kept_every_epoch_by_default(tmp_path, monkeypatch):
     saves = []
-    monkeypatch.setattr(Checkpointing, "save", lambda self, step, *rest: saves.append(step))
+    monkeypatch.setattr(Checkpointing, "save", lambda self, run, step, *rest: saves.append(step))
     trained(Checkpointing(tmp_path / "reference.pt"))
     assert saves == [5, 10]  # the last step is the finished run's, not a state to resume

@@ -84,10 +84,13 @@ def test_the_docs_full_table_is_the_stores():
     assert shown == study.full_table(records)
 
 
-def test_a_finished_bertkit_run_leaves_no_folder_and_a_killed_one_keeps_its_epochs(tmp_path,
-                                                                                  monkeypatch):
-    results = pytest.importorskip("results")  # needs the benchmark's reference side too
-    out = tmp_path / "cola-lr3e-05-seed0-bertkit" / "run"
+def test_a_killed_run_keeps_its_folder_and_a_recorded_one_leaves_none(tmp_path, monkeypatch):
+    import results  # the whole benchmark (torch, bertkit): only this test needs it
+    monkeypatch.setattr(results, "WORK", tmp_path / "study")
+    args = SimpleNamespace(store=tmp_path / "runs.jsonl", model_dir="unused", side_by_side=2,
+                           threads=1)
+    job = study.Job("cola", 3e-5, 0, "bertkit")
+    out = tmp_path / "study" / job.name / "run"
 
     def killed(config):
         Path(config.output_dir).mkdir(parents=True)
@@ -96,8 +99,8 @@ def test_a_finished_bertkit_run_leaves_no_folder_and_a_killed_one_keeps_its_epoc
 
     monkeypatch.setattr(results, "run_one", killed)
     with pytest.raises(KeyboardInterrupt):
-        results.run_bertkit("cola", study.FULL["cola"], 0, results_args(results), out=out)
-    assert (out / "last.pt").exists()  # what the next start resumes from
+        results.run_full_job(job, args)
+    assert (out / "last.pt").exists() and not args.store.exists()  # the next start resumes
 
     seen = {}
 
@@ -106,11 +109,23 @@ def test_a_finished_bertkit_run_leaves_no_folder_and_a_killed_one_keeps_its_epoc
         return {"mcc": 0.25, "train_examples": 8}
 
     monkeypatch.setattr(results, "run_one", finishes)
-    got = results.run_bertkit("cola", study.FULL["cola"], 0, results_args(results), out=out)
-    assert seen["resume"] and got["resumed"] and got["metrics"] == {"mcc": 0.25}
-    assert not out.parent.exists()
+    results.run_full_job(job, args)
+    assert seen["resume"]  # claims its own folder again
+    [rec] = study.read_store(args.store)
+    assert rec["metrics"] == {"mcc": 0.25} and rec["task"] == "cola" and rec["seed"] == 0
+    assert not rec["resumed"]  # no training state was there: it trained from the start
+    assert not (tmp_path / "study" / job.name).exists()
 
 
-def results_args(results):
-    return SimpleNamespace(lr=3e-5, epochs=3, train_examples=None, dev_examples=None,
-                           optimizer="adamw", schedule="linear", model_dir="unused")
+def test_a_run_that_fails_is_not_started_again_and_the_study_says_so(tmp_path, monkeypatch,
+                                                                     capsys):
+    monkeypatch.setattr(study, "WORK", tmp_path / "study")
+    failing = tmp_path / "fails.py"
+    failing.write_text("import sys\nprint('bad data')\nsys.exit(1)\n")
+    failed = study.run_study(["rte"], 2, tmp_path / "runs.jsonl", 1, script=failing, poll=0.05)
+    sweep = [study.Job("rte", lr, study.SWEEP_SEED, "bertkit") for lr in study.LR_GRID]
+    assert failed == sweep  # once each: before, the plan started them again for ever
+    out = capsys.readouterr().out
+    assert out.count("FAILED rc=1") == 3 and "3 run(s) failed" in out
+    assert "wait on a sweep" in out  # the row's runs need the sweep's lr
+    assert (tmp_path / "study" / f"{sweep[0].name}.log").read_text() == "bad data\n"

@@ -276,9 +276,9 @@ def test_a_run_killed_inside_an_epoch_resumes_from_save_every_to_the_same_model(
 
     from bertkit.training import loop
 
-    glue = ["--data", str(shared_data / "glue"), "--save-every", "2"]
+    glue = ["--data", str(shared_data / "glue")]
     whole = finetune(tiny_model, tmp_path / "whole", "wnli", glue, n=32)  # 4 steps, one epoch
-    saved, save = [], loop._save
+    saved, steps, save, step = [], [], loop._save, loop._train_step
 
     def killed_after_step_2(run, config, metrics):
         saved.append(run.step)
@@ -289,10 +289,14 @@ def test_a_run_killed_inside_an_epoch_resumes_from_save_every_to_the_same_model(
 
     monkeypatch.setattr(loop, "_save", killed_after_step_2)
     with pytest.raises(Killed):
-        finetune(tiny_model, tmp_path / "cut", "wnli", glue, n=32)
-    monkeypatch.undo()
-    again = finetune(tiny_model, tmp_path / "cut", "wnli", [*glue, "--resume"], n=32)
+        finetune(tiny_model, tmp_path / "cut", "wnli", [*glue, "--save-every", "2"], n=32)
     assert saved == [2]  # without --save-every an epoch's only state is its end (step 4)
+    monkeypatch.setattr(loop, "_save", save)
+    monkeypatch.setattr(loop, "_train_step", lambda run, *a: steps.append(run.step) or step(run, *a))
+    # another --save-every on resume is allowed: it changes when states are written, nothing else
+    again = finetune(tiny_model, tmp_path / "cut", "wnli", [*glue, "--resume", "--save-every", "3"],
+                     n=32)
+    assert steps == [2, 3]  # steps 3 and 4 only (run.step counts the steps done before)
     assert again["steps"] == whole["steps"] == 4
     assert again["final_loss"] == whole["final_loss"] and again["accuracy"] == whole["accuracy"]
     for name, tensor in load_file(tmp_path / "whole" / "model.safetensors").items():
