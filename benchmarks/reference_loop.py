@@ -9,12 +9,15 @@ predictions keyed by guid, which bertkit's `Task.score` scores (so the metric is
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
+from bertkit.training.signals import signal_guard
 
 
 @dataclass(frozen=True)
@@ -95,19 +98,24 @@ def _fit(model, make_batch, n: int, recipe: Recipe, seed: int,
         torch.set_rng_state(state["torch_rng"])  # dropout
         start, order = state["step"], state["order"]
     model.train()
-    for step in range(start, steps):
-        if step % per_epoch == 0:
-            order = torch.randperm(n, generator=gen).tolist()
-        b = recipe.batch_size
-        out = model(**make_batch(order[(step % per_epoch) * b:(step % per_epoch + 1) * b]))
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        if checkpoint is not None and (step + 1) % (checkpoint.every or per_epoch) == 0 \
-                and step + 1 < steps:
-            checkpoint.save(run, step + 1, order, model, opt, sched, gen)
+    # SIGTERM/SIGINT with a checkpoint: save at the end of the step, then stop
+    with signal_guard() if checkpoint is not None else contextlib.nullcontext() as stop:
+        for step in range(start, steps):
+            if step % per_epoch == 0:
+                order = torch.randperm(n, generator=gen).tolist()
+            b = recipe.batch_size
+            out = model(**make_batch(order[(step % per_epoch) * b:(step % per_epoch + 1) * b]))
+            out.loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            if checkpoint is None or step + 1 == steps:
+                continue
+            if stop.is_set() or (step + 1) % (checkpoint.every or per_epoch) == 0:
+                checkpoint.save(run, step + 1, order, model, opt, sched, gen)
+            if stop.is_set():
+                raise KeyboardInterrupt(f"stopped at step {step + 1}; saved {checkpoint.path}")
 
 
 def train_sequence_classifier(model_dir: str, task, train: list, labels: list[str] | None,

@@ -11,10 +11,11 @@ The plan, per task:
 
 Every finished run is one line of the store (results.py's), so a stopped study goes on where it
 stopped; a run killed midway, bertkit's or the reference's, also resumes from its last saved
-state (every epoch, or `save_every` steps; kept under benchmarks/.study/ until the run
-finishes). `run_study` keeps `workers` runs going side by side, one thread each, picking the
-first runnable job of the plan whenever one ends; the plan is re-read from the store each time,
-so it is never stale.
+state (every epoch, or `save_every` steps; kept under benchmarks/.study/ until the run is
+recorded; SIGTERM or Ctrl-C to the process group makes each run save at the end of its step
+first). `run_study` keeps `workers` runs going side by side, one thread each, picking the first
+runnable job of the plan whenever one ends; the plan is re-read from the store each time, so it
+is never stale.
 """
 
 from __future__ import annotations

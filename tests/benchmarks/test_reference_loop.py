@@ -1,6 +1,8 @@
 """The reference loop's own checkpointing (benchmarks/reference_loop.py): a full-size reference
 run takes hours, so a killed one continues from its last state, to the same model."""
 
+import os
+import signal
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,13 +32,15 @@ class Tiny(nn.Module):
 RECIPE = Recipe(lr=1e-2, epochs=3, batch_size=8)
 
 
-def trained(checkpoint=None, recipe=RECIPE):
+def trained(checkpoint=None, recipe=RECIPE, signal_at=None):
     """The model, and the steps it was trained in this call (one batch each)."""
     torch.manual_seed(1)
     model, batches = Tiny(), []
 
     def make_batch(idx):
         batches.append(idx)
+        if len(batches) == signal_at:
+            os.kill(os.getpid(), signal.SIGTERM)
         return {"x": X[idx], "labels": Y[idx]}
 
     _fit(model, make_batch, len(X), recipe, 7, checkpoint)
@@ -76,3 +80,14 @@ def test_the_state_is_kept_every_epoch_by_default(tmp_path, monkeypatch):
     monkeypatch.setattr(Checkpointing, "save", lambda self, run, step, *rest: saves.append(step))
     trained(Checkpointing(tmp_path / "reference.pt"))
     assert saves == [5, 10]  # the last step is the finished run's, not a state to resume
+
+
+def test_sigterm_saves_at_the_end_of_the_step_and_the_run_resumes(tmp_path):
+    whole, _ = trained()
+    state = Checkpointing(tmp_path / "reference.pt", every=100)  # no state before the signal
+    with pytest.raises(KeyboardInterrupt, match="stopped at step 4"):
+        trained(state, signal_at=4)
+    again, steps = trained(state)
+    assert steps == 11
+    for name, tensor in whole.state_dict().items():
+        torch.testing.assert_close(again.state_dict()[name], tensor, rtol=0, atol=0)
