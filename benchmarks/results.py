@@ -52,11 +52,12 @@ from results_full import (
     FULL,
     FULL_BEGIN,
     FULL_END,
-    WORK,
     Job,
     append,
+    claim,
     done_jobs,
     full_table,
+    job_dir,
     read_store,
     run_study,
 )
@@ -321,22 +322,30 @@ def write_doc(blocks: dict[tuple[str, str], list[str]]) -> None:
 
 
 def run_full_job(job: Job, args) -> None:
-    """One run of the full-size study, appended to the store (nothing if it is there)."""
-    if job in done_jobs(read_store(args.store)):
-        print(f"{job.name}: in the store already")
-        return
+    """One run of the full-size study, appended to the store (nothing if it is there or another
+    process runs it now)."""
+    with claim(job) as mine:
+        if not mine:
+            print(f"{job.name}: another process runs it now")
+        elif job in done_jobs(read_store(args.store)):
+            print(f"{job.name}: in the store already")
+        else:
+            _run_and_record(job, args)
+
+
+def _run_and_record(job: Job, args) -> None:
     spec = FULL[job.task]
     args.lr, args.epochs = job.lr, full_epochs(job.task)
     args.train_examples = args.dev_examples = None  # whole sets
     args.optimizer, args.schedule = "adamw", "linear"
     if job.system == "bertkit":
-        got = run_bertkit(job.task, spec, job.seed, args, out=WORK / job.name / "run")
+        got = run_bertkit(job.task, spec, job.seed, args, out=job_dir(job) / "run")
     else:
-        got = run_transformers(job.task, spec, job.seed, args, state=WORK / job.name / "reference.pt")
+        got = run_transformers(job.task, spec, job.seed, args, state=job_dir(job) / "reference.pt")
     timing = {k: got[k] for k in ("train_s", "train_cpu_s", "wall_s", "train_examples", "resumed")
               if k in got}
     append(args.store, full_record(job, got["metrics"], timing, args.side_by_side, args.threads))
-    shutil.rmtree(WORK / job.name, ignore_errors=True)  # recorded: nothing left to resume
+    shutil.rmtree(job_dir(job), ignore_errors=True)  # recorded: nothing left to resume
     print(f"{job.name}: {got['metrics'].get(spec['metrics'][0])} ({got['wall_s']:.0f} s)",
           flush=True)
 

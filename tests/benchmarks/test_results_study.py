@@ -2,6 +2,7 @@
 store alone, so that a stopped study goes on where it stopped."""
 
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,16 +19,16 @@ def run(task, lr, seed, system, score, **extra):
 
 
 def test_the_sweep_comes_first_and_its_best_lr_is_the_rows():
-    ready, waiting = study.plan([], ["mrpc"])
-    assert ready == [study.Job("mrpc", lr, study.SWEEP_SEED, "bertkit") for lr in study.LR_GRID]
+    ready, waiting = study.plan([], ["stsb"])
+    assert ready == [study.Job("stsb", lr, study.SWEEP_SEED, "bertkit") for lr in study.LR_GRID]
     assert waiting == 6  # 3 bertkit + 3 reference seeds wait on the sweep
-    sweep = [run("mrpc", lr, study.SWEEP_SEED, "bertkit", s)
+    sweep = [run("stsb", lr, study.SWEEP_SEED, "bertkit", s)
              for lr, s in zip(study.LR_GRID, (0.80, 0.85, 0.83))]
-    assert study.chosen_lr("mrpc", sweep[:2]) is None  # incomplete: no choice yet
-    assert study.chosen_lr("mrpc", sweep) == 3e-5
-    ready, waiting = study.plan(sweep, ["mrpc"])
+    assert study.chosen_lr("stsb", sweep[:2]) is None  # incomplete: no choice yet
+    assert study.chosen_lr("stsb", sweep) == 3e-5
+    ready, waiting = study.plan(sweep, ["stsb"])
     assert waiting == 0
-    assert ready == [study.Job("mrpc", 3e-5, seed, system) for seed in range(3)
+    assert ready == [study.Job("stsb", 3e-5, seed, system) for seed in range(3)
                      for system in ("bertkit", "transformers")]
 
 
@@ -86,7 +87,7 @@ def test_the_docs_full_table_is_the_stores():
 
 def test_a_killed_run_keeps_its_folder_and_a_recorded_one_leaves_none(tmp_path, monkeypatch):
     import results  # the whole benchmark (torch, bertkit): only this test needs it
-    monkeypatch.setattr(results, "WORK", tmp_path / "study")
+    monkeypatch.setattr(study, "WORK", tmp_path / "study")
     args = SimpleNamespace(store=tmp_path / "runs.jsonl", model_dir="unused", side_by_side=2,
                            threads=1)
     job = study.Job("cola", 3e-5, 0, "bertkit")
@@ -129,3 +130,27 @@ def test_a_run_that_fails_is_not_started_again_and_the_study_says_so(tmp_path, m
     assert out.count("FAILED rc=1") == 3 and "3 run(s) failed" in out
     assert "wait on a sweep" in out  # the row's runs need the sweep's lr
     assert (tmp_path / "study" / f"{sweep[0].name}.log").read_text() == "bad data\n"
+
+
+def test_a_job_another_process_runs_is_neither_run_again_nor_counted_out(tmp_path,
+                                                                        monkeypatch, capsys):
+    monkeypatch.setattr(study, "WORK", tmp_path / "study")
+    failing = tmp_path / "fails.py"
+    failing.write_text("import sys\nsys.exit(1)\n")
+    first = study.Job("rte", study.LR_GRID[0], study.SWEEP_SEED, "bertkit")
+    with study.claim(first) as mine:  # as a child of a study stopped earlier would
+        assert mine and study.held(first)
+        with study.claim(first) as again:
+            assert not again
+        failed = []
+        runner = threading.Thread(target=lambda: failed.extend(study.run_study(
+            ["rte"], 2, tmp_path / "runs.jsonl", 1, script=failing, poll=0.05)))
+        runner.start()
+        runner.join(1.0)
+        assert runner.is_alive()  # the held job is still to be run: the study waits
+    runner.join(10.0)
+    assert not study.held(first)
+    assert failed[-1] == first and len(failed) == 3  # run once the other process let go
+    out = capsys.readouterr().out
+    starts = [line.split()[1] for line in out.splitlines() if line.endswith("started")]
+    assert starts[-1] == f"{first.name}:" and len(starts) == 3
