@@ -51,6 +51,10 @@ def _optimizer(model, recipe: Recipe, steps: int):
     return opt, get_linear_schedule_with_warmup(opt, round(recipe.warmup_ratio * steps), steps)
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or Ctrl-C stopped the loop, its state saved at the end of the step."""
+
+
 @dataclass(frozen=True)
 class Checkpointing:
     """Where the loop keeps its whole state, and every how many steps (0: every epoch): a run
@@ -67,6 +71,12 @@ class Checkpointing:
         tmp = self.path.with_name(self.path.name + ".tmp")
         torch.save(state, tmp)
         os.replace(tmp, self.path)  # a kill while writing leaves the previous state
+
+    def step(self) -> int:
+        """The step of the last state kept (0: none)."""
+        if not self.path.exists():
+            return 0
+        return torch.load(self.path, mmap=True, weights_only=False)["step"]
 
     def load(self, run: dict) -> dict | None:
         """The last state, if any; one of another run (other data, recipe or seed) is refused."""
@@ -115,7 +125,7 @@ def _fit(model, make_batch, n: int, recipe: Recipe, seed: int,
             if stop.is_set() or (step + 1) % (checkpoint.every or per_epoch) == 0:
                 checkpoint.save(run, step + 1, order, model, opt, sched, gen)
             if stop.is_set():
-                raise KeyboardInterrupt(f"stopped at step {step + 1}; saved {checkpoint.path}")
+                raise Stopped(f"stopped at step {step + 1}; saved {checkpoint.path}")
 
 
 def train_sequence_classifier(model_dir: str, task, train: list, labels: list[str] | None,

@@ -41,6 +41,7 @@ import torch
 from reference_loop import (
     Checkpointing,
     Recipe,
+    Stopped,
     predict_answers,
     predict_sequences,
     predict_tags,
@@ -75,6 +76,7 @@ from bertkit.training.finetune import (
     prepare_data,
     run_one,
 )
+from bertkit.training.loop import TrainingInterrupted
 from bertkit.training.loop import train as loop_train
 from bertkit.training.state import list_checkpoints
 
@@ -146,14 +148,16 @@ def _timed_train(times: dict):
     return timed
 
 
-def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None) -> dict:
+def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None,
+                times: dict | None = None) -> dict:
     """One run of run_one. With `out`, the caller's run folder, a killed run resumes from its
-    last saved state (then its times cover the last part only); without, a temporary one."""
+    last saved state (then its times cover this part only); without, a temporary one. `times`
+    gets this part's training seconds even when the run is stopped."""
     keep = out is not None
     out = out or Path(tempfile.mkdtemp(prefix="results-")) / "run"
     # resumed: trained on from a state (a run killed before its first state starts again)
     resumed = keep and (bool(list_checkpoints(out)) or (out / "metrics.json").is_file())
-    times: dict = {}
+    times = {} if times is None else times
     finetune_module.train = _timed_train(times)
     try:
         t0 = time.perf_counter()
@@ -169,10 +173,13 @@ def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None)
             **times}
 
 
-def run_transformers(task: str, spec: dict, seed: int, args, state: Path | None = None) -> dict:
+def run_transformers(task: str, spec: dict, seed: int, args, state: Path | None = None,
+                     times: dict | None = None) -> dict:
     """The same examples as bertkit (its `prepare_data`), trained by the reference loop. With
     `state`, the loop keeps its state in that file (every epoch, or `save_every` steps), so
-    that a killed run resumes (then its times cover the last part only)."""
+    that a killed run resumes (then its times cover this part only). `times` gets this part's
+    training seconds even when the run is stopped."""
+    times = {} if times is None else times
     t_start = time.perf_counter()
     checkpoint = None
     if state is not None:
@@ -184,16 +191,23 @@ def run_transformers(task: str, spec: dict, seed: int, args, state: Path | None 
     data = prepare_data(t, cfg, BertTokenizer.from_pretrained(args.model_dir), cfg.settings(t))
     recipe = Recipe(lr=args.lr, epochs=args.epochs, max_seq_length=cfg.settings(t).max_seq_length)
     t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        if t.name.startswith("squad"):
+            model, tok = train_question_answering(args.model_dir, data.train.examples, recipe,
+                                                  seed, checkpoint=checkpoint)
+        elif t.name == "conll2003":
+            model, tok = train_token_classifier(args.model_dir, data.train.examples, data.labels,
+                                                recipe, seed, checkpoint)
+        else:
+            model, tok = train_sequence_classifier(args.model_dir, t, data.train.examples,
+                                                   data.labels, recipe, seed, checkpoint)
+    finally:
+        times["train_s"] = time.perf_counter() - t0
+        times["train_cpu_s"] = time.process_time() - c0
     if t.name.startswith("squad"):
-        model, tok = train_question_answering(args.model_dir, data.train.examples, recipe, seed,
-                                              checkpoint=checkpoint)
-        train_s, train_cpu_s = time.perf_counter() - t0, time.process_time() - c0
         dev = data.dev_splits[0].examples
         scores = t.score(dev, predict_answers(model, tok, dev, recipe))
     elif t.name == "conll2003":
-        model, tok = train_token_classifier(args.model_dir, data.train.examples, data.labels,
-                                            recipe, seed, checkpoint)
-        train_s, train_cpu_s = time.perf_counter() - t0, time.process_time() - c0
         scores = {}
         for split in data.dev_splits:  # dev, then test: suffixed as bertkit's evaluate_splits
             suffix = "" if split.name == "dev" else f"_{split.name}"
@@ -201,15 +215,12 @@ def run_transformers(task: str, spec: dict, seed: int, args, state: Path | None 
                                                        recipe))
             scores.update({f"{k}{suffix}": v for k, v in got.items()})
     else:
-        model, tok = train_sequence_classifier(args.model_dir, t, data.train.examples,
-                                               data.labels, recipe, seed, checkpoint)
-        train_s, train_cpu_s = time.perf_counter() - t0, time.process_time() - c0
         dev = data.dev_splits[0].examples
         scores = t.score(dev, predict_sequences(model, tok, t, dev, data.labels, recipe))
     scores = {k: float(v) for k, v in scores.items()
               if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return {"metrics": scores, "train_examples": len(data.train.examples), "resumed": resumed,
-            "train_s": train_s, "train_cpu_s": train_cpu_s, "wall_s": time.perf_counter() - t_start}
+            **times, "wall_s": time.perf_counter() - t_start}
 
 
 def row_key(task: str, args) -> str:
@@ -338,16 +349,68 @@ def _run_and_record(job: Job, args) -> None:
     args.lr, args.epochs = job.lr, full_epochs(job.task)
     args.train_examples = args.dev_examples = None  # whole sets
     args.optimizer, args.schedule = "adamw", "linear"
-    if job.system == "bertkit":
-        got = run_bertkit(job.task, spec, job.seed, args, out=job_dir(job) / "run")
-    else:
-        got = run_transformers(job.task, spec, job.seed, args, state=job_dir(job) / "reference.pt")
+    clock = PartClock(job_dir(job) / "times.json", lambda: _state_step(job))
+    part: dict = {}
+    try:
+        if job.system == "bertkit":
+            got = run_bertkit(job.task, spec, job.seed, args, out=job_dir(job) / "run",
+                              times=part)
+        else:
+            got = run_transformers(job.task, spec, job.seed, args,
+                                   state=job_dir(job) / "reference.pt", times=part)
+    except (TrainingInterrupted, Stopped):  # saved at the end of a step: this part is timed
+        clock.stopped(part)
+        raise
     timing = {k: got[k] for k in ("train_s", "train_cpu_s", "wall_s", "train_examples", "resumed")
               if k in got}
+    timing.update(clock.finished(part))
     append(args.store, full_record(job, got["metrics"], timing, args.side_by_side, args.threads))
     shutil.rmtree(job_dir(job), ignore_errors=True)  # recorded: nothing left to resume
     print(f"{job.name}: {got['metrics'].get(spec['metrics'][0])} ({got['wall_s']:.0f} s)",
           flush=True)
+
+
+def _state_step(job: Job) -> int:
+    """The step of the job's last saved state (0: none)."""
+    if job.system == "bertkit":
+        saved = list_checkpoints(job_dir(job) / "run")
+        return saved[-1][0] if saved else 0
+    return Checkpointing(job_dir(job) / "reference.pt").step()
+
+
+class PartClock:
+    """The training seconds of a run trained in parts (a study stopped and started again).
+
+    A part stopped cleanly (SIGTERM or Ctrl-C: the state saved at the end of a step) writes its
+    seconds with that step. The next part counts them only if the state it starts from is that
+    step: a part killed outright (SIGKILL, a crash) writes nothing, the steps since the earlier
+    state are trained twice, and the run's time is then incomplete and not reported."""
+
+    def __init__(self, path: Path, state_step) -> None:
+        self.path, self.state_step = path, state_step
+        start = state_step()
+        kept = json.loads(path.read_text()) if path.exists() else None
+        if start == 0:
+            self.before = {"train_s": 0.0, "train_cpu_s": 0.0}
+        elif kept is not None and kept["step"] == start:
+            self.before = kept
+        else:
+            self.before = None  # a part's seconds are lost
+
+    def _total(self, part: dict) -> dict | None:
+        if self.before is None:
+            return None
+        return {k: self.before[k] + part.get(k, 0.0) for k in ("train_s", "train_cpu_s")}
+
+    def stopped(self, part: dict) -> None:
+        total = self._total(part)
+        if total is not None:
+            self.path.write_text(json.dumps({"step": self.state_step(), **total}))
+
+    def finished(self, part: dict) -> dict:
+        """The record's timing: the whole run's seconds where every part was timed."""
+        total = self._total(part)
+        return {**total, "timed_whole": True} if total is not None else {"timed_whole": False}
 
 
 def main() -> None:

@@ -281,9 +281,9 @@ def _within(ours: list[float], ref: list[float]) -> str:
 
 
 def _speed(runs: list[dict]) -> str:
-    """Seconds per epoch and training examples per second, from runs that were not resumed
-    (a resumed run's clock covers its last part only); † = not timed alone."""
-    timed = [r for r in runs if not r.get("resumed") and r.get("train_s")]
+    """Seconds per epoch and training examples per second, from runs timed whole: not resumed,
+    or resumed from parts that were each timed (results.py's PartClock); † = not timed alone."""
+    timed = [r for r in runs if r.get("train_s") and (r.get("timed_whole") or not r.get("resumed"))]
     if not timed:
         return "–"
     per_epoch = _stats([r["train_s"] / epochs(r["task"]) for r in timed])[0]

@@ -1,8 +1,10 @@
 """The full-size results study's plan (benchmarks/results_full.py): what runs next, from the
 store alone, so that a stopped study goes on where it stopped."""
 
+import json
 import sys
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -85,37 +87,73 @@ def test_the_docs_full_table_is_the_stores():
     assert shown == study.full_table(records)
 
 
-def test_a_killed_run_keeps_its_folder_and_a_recorded_one_leaves_none(tmp_path, monkeypatch):
-    import results  # the whole benchmark (torch, bertkit): only this test needs it
-    monkeypatch.setattr(study, "WORK", tmp_path / "study")
-    args = SimpleNamespace(store=tmp_path / "runs.jsonl", model_dir="unused", side_by_side=2,
-                           threads=1)
-    job = study.Job("cola", 3e-5, 0, "bertkit")
-    out = tmp_path / "study" / job.name / "run"
+class Parts:
+    """bertkit's side of one study job, trained in parts: each part's `train` saves a state
+    `steps` further on and takes `seconds`, then ends as told (a clean stop, a kill, done)."""
 
-    def killed(config):
-        Path(config.output_dir).mkdir(parents=True)
-        (Path(config.output_dir) / "last.pt").write_text("epoch 1")
-        raise KeyboardInterrupt
+    def __init__(self, results, tmp_path, monkeypatch):
+        monkeypatch.setattr(study, "WORK", tmp_path / "study")
+        self.results, self.resumes = results, []
+        self.job = study.Job("cola", 3e-5, 0, "bertkit")
+        self.args = SimpleNamespace(store=tmp_path / "runs.jsonl", model_dir="unused",
+                                    side_by_side=2, threads=1)
+        self.out = tmp_path / "study" / self.job.name / "run"
+        monkeypatch.setattr(results, "run_one", self.run_one)
+        monkeypatch.setattr(results, "loop_train", self.train)
 
-    monkeypatch.setattr(results, "run_one", killed)
-    with pytest.raises(KeyboardInterrupt):
-        results.run_full_job(job, args)
-    assert (out / "last.pt").exists() and not args.store.exists()  # the next start resumes
-
-    seen = {}
-
-    def finishes(config):
-        seen["resume"] = config.train.resume
+    def run_one(self, config):
+        self.resumes.append(config.train.resume)
+        self.results.finetune_module.train()
         return {"mcc": 0.25, "train_examples": 8}
 
-    monkeypatch.setattr(results, "run_one", finishes)
-    results.run_full_job(job, args)
-    assert seen["resume"]  # claims its own folder again
-    [rec] = study.read_store(args.store)
-    assert rec["metrics"] == {"mcc": 0.25} and rec["task"] == "cola" and rec["seed"] == 0
-    assert not rec["resumed"]  # no training state was there: it trained from the start
-    assert not (tmp_path / "study" / job.name).exists()
+    def train(self):
+        saved = sorted(int(p.name[5:]) for p in self.out.glob("checkpoints/step-*"))
+        step = (saved[-1] if saved else 0) + 2
+        (self.out / "checkpoints" / f"step-{step}").mkdir(parents=True)
+        (self.out / "checkpoints" / f"step-{step}" / "state.pt").write_text("state")
+        time.sleep(0.05)
+        if self.end is not None:
+            raise self.end
+
+    def part(self, end=None):
+        self.end = end
+        self.results.run_full_job(self.job, self.args)
+
+
+def test_a_stopped_run_keeps_its_state_and_time_and_a_recorded_one_leaves_none(tmp_path,
+                                                                             monkeypatch):
+    import results  # the whole benchmark (torch, bertkit): only these tests need it
+
+    from bertkit.training.loop import TrainingInterrupted
+
+    run = Parts(results, tmp_path, monkeypatch)
+    with pytest.raises(TrainingInterrupted):
+        run.part(TrainingInterrupted("SIGTERM: saved at step 2"))
+    assert not run.args.store.exists()  # nothing recorded: the next start resumes
+    kept = json.loads((run.out.parent / "times.json").read_text())
+    assert kept["step"] == 2 and kept["train_s"] >= 0.05
+    run.part()
+    assert run.resumes == [False, True]  # claims its own folder the second time
+    [rec] = study.read_store(run.args.store)
+    assert rec["metrics"] == {"mcc": 0.25} and (rec["task"], rec["seed"]) == ("cola", 0)
+    assert rec["resumed"] and rec["timed_whole"] and rec["train_s"] >= 0.1  # both parts
+    assert not run.out.parent.exists()  # recorded: nothing left to resume
+
+
+def test_a_part_killed_outright_leaves_the_runs_time_incomplete(tmp_path, monkeypatch):
+    import results
+
+    from bertkit.training.loop import TrainingInterrupted
+
+    run = Parts(results, tmp_path, monkeypatch)
+    with pytest.raises(TrainingInterrupted):
+        run.part(TrainingInterrupted("SIGTERM: saved at step 2"))
+    with pytest.raises(KeyboardInterrupt):
+        run.part(KeyboardInterrupt())  # as SIGKILL: its state (step 4) but no time written
+    run.part()
+    [rec] = study.read_store(run.args.store)
+    assert rec["resumed"] and not rec["timed_whole"]
+    assert study._speed([rec]) == "–"  # the table leaves its time out
 
 
 def test_a_run_that_fails_is_not_started_again_and_the_study_says_so(tmp_path, monkeypatch,
