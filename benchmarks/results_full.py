@@ -267,6 +267,8 @@ def _cell(values: list[float]) -> str:
     if not values:
         return "–"
     mean, std = _stats(values)
+    if len(values) == 1:
+        return f"{mean:.2f} (1)"  # one seed has no spread to show
     return f"{mean:.2f} ± {std:.2f} ({len(values)})"
 
 
