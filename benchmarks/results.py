@@ -158,14 +158,14 @@ def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None,
     # resumed: trained on from a state (a run killed before its first state starts again)
     resumed = keep and (bool(list_checkpoints(out)) or (out / "metrics.json").is_file())
     times = {} if times is None else times
-    finetune_module.train = _timed_train(times)
+    previous, finetune_module.train = finetune_module.train, _timed_train(times)
     try:
         t0 = time.perf_counter()
         metrics = run_one(finetune_config(task, spec, seed, str(out), args,
                                           resume=keep and out.exists()))
         times["wall_s"] = time.perf_counter() - t0
     finally:
-        finetune_module.train = loop_train
+        finetune_module.train = previous
         if not keep:
             shutil.rmtree(out.parent, ignore_errors=True)
     scores = {k: v for k, v in metrics.items() if isinstance(v, float) and k != "lr"}

@@ -104,6 +104,8 @@ class Parts:
         self.out = tmp_path / "study" / self.job.name / "run"
         monkeypatch.setattr(results, "run_one", self.run_one)
         monkeypatch.setattr(results, "loop_train", self.train)
+        # and whatever results leaves in finetune's `train` goes back after the test
+        monkeypatch.setattr(results.finetune_module, "train", results.finetune_module.train)
 
     def run_one(self, config):
         self.resumes.append(config.train.resume)
