@@ -155,8 +155,6 @@ def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None,
     gets this part's training seconds even when the run is stopped."""
     keep = out is not None
     out = out or Path(tempfile.mkdtemp(prefix="results-")) / "run"
-    # resumed: trained on from a state (a run killed before its first state starts again)
-    resumed = keep and (bool(list_checkpoints(out)) or (out / "metrics.json").is_file())
     times = {} if times is None else times
     previous, finetune_module.train = finetune_module.train, _timed_train(times)
     try:
@@ -169,8 +167,7 @@ def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None,
         if not keep:
             shutil.rmtree(out.parent, ignore_errors=True)
     scores = {k: v for k, v in metrics.items() if isinstance(v, float) and k != "lr"}
-    return {"metrics": scores, "train_examples": metrics["train_examples"], "resumed": resumed,
-            **times}
+    return {"metrics": scores, "train_examples": metrics["train_examples"], **times}
 
 
 def run_transformers(task: str, spec: dict, seed: int, args, state: Path | None = None,
@@ -185,7 +182,6 @@ def run_transformers(task: str, spec: dict, seed: int, args, state: Path | None 
     if state is not None:
         state.parent.mkdir(parents=True, exist_ok=True)
         checkpoint = Checkpointing(state, spec.get("save_every", 0))
-    resumed = checkpoint is not None and state.exists()
     cfg = finetune_config(task, spec, seed, "", args)
     t = build_task(cfg)
     data = prepare_data(t, cfg, BertTokenizer.from_pretrained(args.model_dir), cfg.settings(t))
@@ -219,7 +215,7 @@ def run_transformers(task: str, spec: dict, seed: int, args, state: Path | None 
         scores = t.score(dev, predict_sequences(model, tok, t, dev, data.labels, recipe))
     scores = {k: float(v) for k, v in scores.items()
               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return {"metrics": scores, "train_examples": len(data.train.examples), "resumed": resumed,
+    return {"metrics": scores, "train_examples": len(data.train.examples),
             **times, "wall_s": time.perf_counter() - t_start}
 
 
@@ -361,9 +357,8 @@ def _run_and_record(job: Job, args) -> None:
     except (TrainingInterrupted, Stopped):  # saved at the end of a step: this part is timed
         clock.stopped(part)
         raise
-    timing = {k: got[k] for k in ("train_s", "train_cpu_s", "wall_s", "train_examples", "resumed")
-              if k in got}
-    timing.update(clock.finished(part))
+    timing = {k: got[k] for k in ("train_s", "train_cpu_s", "wall_s", "train_examples") if k in got}
+    timing.update(clock.finished(part), resumed=clock.start > 0)  # trained on from a state
     append(args.store, full_record(job, got["metrics"], timing, args.side_by_side, args.threads))
     shutil.rmtree(job_dir(job), ignore_errors=True)  # recorded: nothing left to resume
     print(f"{job.name}: {got['metrics'].get(spec['metrics'][0])} ({got['wall_s']:.0f} s)",
@@ -371,8 +366,12 @@ def _run_and_record(job: Job, args) -> None:
 
 
 def _state_step(job: Job) -> int:
-    """The step of the job's last saved state (0: none)."""
+    """The step of the job's last saved state (0: none; a run trained to its end and not yet
+    recorded: its last step, its checkpoints already gone)."""
     if job.system == "bertkit":
+        finished = job_dir(job) / "run" / "metrics.json"
+        if finished.is_file():
+            return json.loads(finished.read_text())["steps"]
         saved = list_checkpoints(job_dir(job) / "run")
         return saved[-1][0] if saved else 0
     return Checkpointing(job_dir(job) / "reference.pt").step()
@@ -388,7 +387,7 @@ class PartClock:
 
     def __init__(self, path: Path, state_step) -> None:
         self.path, self.state_step = path, state_step
-        start = state_step()
+        self.start = start = state_step()  # 0: the run starts from the beginning
         kept = json.loads(path.read_text()) if path.exists() else None
         if start == 0:
             self.before = {"train_s": 0.0, "train_cpu_s": 0.0}
