@@ -146,12 +146,17 @@ def job_dir(job: Job) -> Path:
     return WORK / job.name
 
 
+def job_file(job: Job, kind: str) -> Path:
+    """The run's `log` (kept after the run: it says how the run went) or `lock` (see claim)."""
+    return WORK / f"{job.name}.{kind}"
+
+
 @contextlib.contextmanager
 def claim(job: Job) -> Iterator[bool]:
     """Hold the job's lock while it runs (False: another process runs it). The lock goes with
     the process that holds it, killed or not, so a stale lock never blocks a job."""
     WORK.mkdir(parents=True, exist_ok=True)
-    with (WORK / f"{job.name}.lock").open("a") as f:
+    with job_file(job, "lock").open("a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -166,7 +171,7 @@ def claim(job: Job) -> Iterator[bool]:
 def held(job: Job) -> bool:
     """Whether another process runs the job now (a study started twice, or started again while
     the children of a stopped one still run)."""
-    if not (WORK / f"{job.name}.lock").exists():
+    if not job_file(job, "lock").exists():
         return False
     with claim(job) as mine:
         return not mine
@@ -195,13 +200,13 @@ def run_study(tasks: list[str], workers: int, store: Path, threads: int,
         if not ready and not running and not elsewhere:
             if failed:
                 print(f"study: {len(failed)} run(s) failed, see " +
-                      ", ".join(str(WORK / f"{j.name}.log") for j in failed), flush=True)
+                      ", ".join(str(job_file(j, "log")) for j in failed), flush=True)
             print(f"study: nothing left to run ({waiting} runs wait on a sweep that failed)"
                   if waiting else "study: complete", flush=True)
             return failed
         while ready and len(running) + len(elsewhere) < workers:
             job = ready.pop(0)
-            log = (WORK / f"{job.name}.log").open("a")
+            log = job_file(job, "log").open("a")
             cmd = [sys.executable, str(script), *job.argv(), "--threads", str(threads),
                    "--side-by-side", str(workers), "--store", str(store)]
             running[job] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
