@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from bertkit.io import progress_bar
 from bertkit.training.signals import signal_guard
 
 
@@ -74,9 +75,14 @@ class Checkpointing:
 
     def step(self) -> int:
         """The step of the last state kept (0: none)."""
+        return self.progress()[0]
+
+    def progress(self) -> tuple[int, int | None]:
+        """The step of the last state kept and the run's steps (0, None: no state yet)."""
         if not self.path.exists():
-            return 0
-        return torch.load(self.path, mmap=True, weights_only=False)["step"]
+            return 0, None
+        state = torch.load(self.path, mmap=True, weights_only=False)
+        return state["step"], state["run"]["steps"]
 
     def load(self, run: dict) -> dict | None:
         """The last state, if any; one of another run (other data, recipe or seed) is refused."""
@@ -108,8 +114,9 @@ def _fit(model, make_batch, n: int, recipe: Recipe, seed: int,
         torch.set_rng_state(state["torch_rng"])  # dropout
         start, order = state["step"], state["order"]
     model.train()
+    bar = progress_bar(total=steps, initial=start, desc="reference", unit="step")
     # SIGTERM/SIGINT with a checkpoint: save at the end of the step, then stop
-    with signal_guard() if checkpoint is not None else contextlib.nullcontext() as stop:
+    with bar, signal_guard() if checkpoint is not None else contextlib.nullcontext() as stop:
         for step in range(start, steps):
             if step % per_epoch == 0:
                 order = torch.randperm(n, generator=gen).tolist()
@@ -120,6 +127,7 @@ def _fit(model, make_batch, n: int, recipe: Recipe, seed: int,
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
+            bar.update()
             if checkpoint is None or step + 1 == steps:
                 continue
             if stop.is_set() or (step + 1) % (checkpoint.every or per_epoch) == 0:

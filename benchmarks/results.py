@@ -20,6 +20,7 @@ version: each row takes minutes, and at these sizes neither system learns much.
     python benchmarks/results.py --quick --task mrpc --seeds 3
     python benchmarks/results.py --quick --task rte --seeds 3 --optimizer adamw_google
 
+    python benchmarks/results.py --status                        # runs recorded, started, steps
     python benchmarks/results.py --report                        # the tables from the store
     python benchmarks/results.py --report --write-doc            # ... into docs/results.md
 
@@ -58,7 +59,9 @@ from results_full import (
     claim,
     done_jobs,
     full_table,
+    held,
     job_dir,
+    plan,
     read_store,
     run_study,
 )
@@ -117,8 +120,8 @@ TASKS = {
 
 
 def finetune_config(task: str, spec: dict, seed: int, out: str, args,
-                    resume: bool = False) -> FinetuneConfig:
-    train = finetune_train_config(out, lr=args.lr, seed=seed, progress=False, precision="fp32",
+                    resume: bool = False, progress: bool = False) -> FinetuneConfig:
+    train = finetune_train_config(out, lr=args.lr, seed=seed, progress=progress, precision="fp32",
                                   optimizer=args.optimizer, schedule=args.schedule, resume=resume,
                                   save_every=spec.get("save_every", 0))
     freeze = spec.get("freeze", False)
@@ -159,8 +162,8 @@ def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None,
     previous, finetune_module.train = finetune_module.train, _timed_train(times)
     try:
         t0 = time.perf_counter()
-        metrics = run_one(finetune_config(task, spec, seed, str(out), args,
-                                          resume=keep and out.exists()))
+        metrics = run_one(finetune_config(task, spec, seed, str(out), args,  # a study's run:
+                                          resume=keep and out.exists(), progress=keep))  # a bar
         times["wall_s"] = time.perf_counter() - t0
     finally:
         finetune_module.train = previous
@@ -377,6 +380,43 @@ def _state_step(job: Job) -> int:
     return Checkpointing(job_dir(job) / "reference.pt").step()
 
 
+def job_progress(job: Job) -> tuple[int, int | None]:
+    """The step of the job's last saved state (what a stop keeps) and the run's steps (None
+    until the run has saved a state or, bertkit, started)."""
+    if job.system == "transformers":
+        return Checkpointing(job_dir(job) / "reference.pt").progress()
+    config = job_dir(job) / "run" / "train_config.json"
+    total = json.loads(config.read_text())["max_steps"] if config.is_file() else None
+    return _state_step(job), total
+
+
+def study_status(tasks: list[str], store: Path) -> list[str]:
+    """Where the study stands: runs recorded, and each run that can run now that has started
+    (running now, or stopped with its state kept)."""
+    records = read_store(store)
+    ready, waiting = plan(records, tasks)
+    started = [j for j in ready if held(j) or job_dir(j).exists()]
+    lines = [f"{len(done_jobs(records))} runs recorded; {len(ready)} can run now "
+             f"({len(started)} started); {waiting} wait on a sweep"]
+    for job in started:
+        saved, total = job_progress(job)
+        trained = max(saved, _logged_step(job))  # a stop now trains the steps past `saved` again
+        where = (f"step {trained} of {total or '?'}, " if trained else "") + (
+            f"state saved at step {saved}" if saved else "no state saved yet")
+        lines.append(f"  {job.name}: {'running' if held(job) else 'stopped'}, {where}")
+    return lines
+
+
+def _logged_step(job: Job) -> int:
+    """bertkit's last logged step (its metrics.jsonl, every few steps; 0: none or the reference,
+    whose log shows a progress bar instead)."""
+    log = job_dir(job) / "run" / "metrics.jsonl"
+    if job.system != "bertkit" or not log.is_file():
+        return 0
+    lines = log.read_text().splitlines()
+    return json.loads(lines[-1])["step"] if lines else 0
+
+
 class PartClock:
     """The training seconds of a run trained in parts (a study stopped and started again).
 
@@ -438,6 +478,9 @@ def main() -> None:
                    "scheduler can then put other jobs between them)")
     p.add_argument("--store", type=Path, default=STORE)
     p.add_argument("--report", action="store_true", help="print the tables of the store")
+    p.add_argument("--status", action="store_true",
+                   help="where the full-size study stands (or --task's): runs recorded, runs "
+                   "started and the step each one's saved state is at")
     p.add_argument("--write-doc", action="store_true", help="with --report: into docs/results.md")
     args = p.parse_args()
     if args.report:
@@ -446,6 +489,9 @@ def main() -> None:
         print("\n".join(full + [""] + quick))
         if args.write_doc:
             write_doc({(FULL_BEGIN, FULL_END): full, (BEGIN, END): quick})
+        return
+    if args.status:
+        print("\n".join(study_status([args.task] if args.task else list(FULL), args.store)))
         return
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.ERROR)

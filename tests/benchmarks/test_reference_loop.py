@@ -68,6 +68,8 @@ def test_a_killed_reference_run_resumes_to_the_same_model(tmp_path, monkeypatch)
         trained(state)
     monkeypatch.undo()
     assert state.step() == 7 and Checkpointing(tmp_path / "none.pt").step() == 0
+    assert state.progress() == (7, 15)  # what the study's --status shows
+    assert Checkpointing(tmp_path / "none.pt").progress() == (0, None)
     again, steps = trained(state)
     assert saves == [7] and steps == 8  # the 8 steps after the state, not all 15 again
     for name, tensor in whole.state_dict().items():

@@ -198,3 +198,29 @@ def test_a_job_another_process_runs_is_neither_run_again_nor_counted_out(tmp_pat
     out = capsys.readouterr().out
     starts = [line.split()[1] for line in out.splitlines() if line.endswith("started")]
     assert starts[-1] == f"{first.name}:" and len(starts) == 3
+
+
+
+def test_the_status_shows_each_started_run_and_the_step_its_state_is_at(tmp_path, monkeypatch):
+    import results
+    import torch
+
+    monkeypatch.setattr(study, "WORK", tmp_path / "study")
+    store = tmp_path / "runs.jsonl"
+    for lr, score in zip(study.LR_GRID, (0.55, 0.58, 0.54)):  # 3e-5 chosen
+        study.append(store, run("rte", lr, study.SWEEP_SEED, "bertkit", score))
+    assert results.study_status(["rte"], store) == [
+        "3 runs recorded; 10 can run now (0 started); 0 wait on a sweep"]
+    first, reference = (study.Job("rte", 3e-5, 0, system) for system in ("bertkit", "transformers"))
+    out = study.job_dir(first) / "run"
+    (out / "checkpoints" / "step-50").mkdir(parents=True)
+    (out / "checkpoints" / "step-50" / "state.pt").write_text("state")
+    (out / "train_config.json").write_text(json.dumps({"max_steps": 234}))
+    (out / "metrics.jsonl").write_text('{"step": 50}\n{"step": 60}\n')
+    study.job_dir(reference).mkdir(parents=True)
+    torch.save({"step": 78, "run": {"steps": 234}}, study.job_dir(reference) / "reference.pt")
+    with study.claim(first):  # its study runs it now
+        lines = results.study_status(["rte"], store)
+    assert lines == ["3 runs recorded; 10 can run now (2 started); 0 wait on a sweep",
+                     f"  {first.name}: running, step 60 of 234, state saved at step 50",
+                     f"  {reference.name}: stopped, step 78 of 234, state saved at step 78"]
