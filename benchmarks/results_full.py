@@ -302,10 +302,14 @@ def _speed(runs: list[dict]) -> str:
     per_epoch = _stats([r["train_s"] / epochs(r["task"]) for r in timed])[0]
     rate = _stats([r["train_examples"] * epochs(r["task"]) / r["train_s"] for r in timed])[0]
     shared = "†" if any(r.get("side_by_side", 1) > 1 for r in timed) else ""
-    cpu = ""  # the run's own CPU seconds (one thread): what other jobs on the machine inflate
-    if all("train_cpu_s" in r for r in timed):  # least (memory bandwidth and caches aside)
+    # a run given two threads (SQuAD's, one at a time, so that each ends within a sitting)
+    # is not comparable per wall second with one-thread runs: the cell says so
+    threads = sorted({r.get("threads", 1) for r in timed})
+    many = f" ({'/'.join(map(str, threads))} threads)" if threads != [1] else ""
+    cpu = ""  # the run's own CPU seconds: what other jobs on the machine inflate least
+    if all("train_cpu_s" in r for r in timed):  # (memory bandwidth and caches aside)
         cpu = f" (CPU {_stats([r['train_cpu_s'] / epochs(r['task']) for r in timed])[0]:,.0f} s)"
-    return f"{per_epoch:,.0f} s{cpu}, {rate:.1f}/s{shared}"
+    return f"{per_epoch:,.0f} s{cpu}, {rate:.1f}/s{many}{shared}"
 
 
 def _sweep(task: str, records: list[dict]) -> str:

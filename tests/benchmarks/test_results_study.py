@@ -76,6 +76,14 @@ def test_the_table_says_whether_the_gap_is_within_the_seed_spread():
     assert cells[4] == "70.00 (1)" and cells[6] == "**no**¹"  # one seed: no spread shown
 
 
+def test_a_time_cell_names_the_threads_of_runs_given_more_than_one():
+    one = run("squad1", 3e-5, 0, "bertkit", 0.8, train_s=600.0, threads=1)
+    two = {**one, "seed": 1, "threads": 2}
+    assert study._speed([one]) == "300 s, 0.3/s"  # 100 examples, 2 epochs, 600 s
+    assert study._speed([two]) == "300 s, 0.3/s (2 threads)"
+    assert study._speed([one, two]).endswith("(1/2 threads)")
+
+
 @pytest.mark.parametrize("task", sorted(study.FULL))
 def test_every_full_row_names_its_metrics_and_a_published_reference(task):
     spec = study.FULL[task]
