@@ -511,7 +511,12 @@ def main() -> None:
         if args.seed is not None:
             if not (args.task and args.system and args.lr):
                 p.error("--seed needs --task, --system and --lr (one run of the study)")
-            run_full_job(Job(args.task, args.lr, args.seed, args.system), args)
+            try:
+                run_full_job(Job(args.task, args.lr, args.seed, args.system), args)
+            except (TrainingInterrupted, Stopped) as stop:  # SIGTERM or Ctrl-C: state saved
+                print(f"stopped: {stop or 'state saved at the end of the step'}; the same "
+                      "command (or --study) resumes it", flush=True)
+                raise SystemExit(130) from None
         elif args.study:
             if run_study(tasks, args.workers, args.store, args.threads):
                 raise SystemExit(1)  # a run failed: the study is not complete

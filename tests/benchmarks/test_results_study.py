@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import results_full as study  # noqa: E402
@@ -177,7 +178,9 @@ def test_a_run_that_fails_is_not_started_again_and_the_study_says_so(tmp_path, m
     failing.write_text("import sys\nprint('bad data')\nsys.exit(1)\n")
     failed = study.run_study(["rte"], 2, tmp_path / "runs.jsonl", 1, script=failing, poll=0.05)
     sweep = [study.Job("rte", lr, study.SWEEP_SEED, "bertkit") for lr in study.LR_GRID]
-    assert failed == sweep  # once each: before, the plan started them again for ever
+    # once each (before, the plan started them again for ever), in the order they ended: two
+    # run at once, and under load the second may end first
+    assert sorted(failed, key=sweep.index) == sweep
     out = capsys.readouterr().out
     assert out.count("FAILED rc=1") == 3 and "3 run(s) failed" in out
     assert "wait on a sweep" in out  # the row's runs need the sweep's lr
@@ -249,3 +252,26 @@ def test_the_status_shows_each_started_run_and_the_step_its_state_is_at(tmp_path
     assert lines == ["3 runs recorded; 10 can run now (2 started); 0 wait on a sweep",
                      f"  {first.name}: running, step 60 of 234, state saved at step 50",
                      f"  {reference.name}: stopped, step 78 of 234, state saved at step 78"]
+
+
+def test_one_run_stopped_says_so_and_how_to_resume_without_a_traceback(monkeypatch, capsys):
+    import results
+
+    from bertkit.training.loop import TrainingInterrupted
+
+    def stopped(job, args):
+        raise TrainingInterrupted(f"interrupted at step 3; saved {job.name}/step-3")
+
+    monkeypatch.setattr(results, "run_full_job", stopped)
+    monkeypatch.setattr(sys, "argv", ["results.py", "--task", "rte", "--lr", "2e-5", "--seed",
+                                      "0", "--system", "bertkit"])
+    threads = torch.get_num_threads()
+    try:
+        with pytest.raises(SystemExit) as end:
+            results.main()
+    finally:
+        torch.set_num_threads(threads)  # main sets the run's threads: the suite's go back
+    assert end.value.code == 130  # not 0: the run is not recorded
+    out = capsys.readouterr().out
+    assert "interrupted at step 3; saved rte-lr2e-05-seed0-bertkit/step-3" in out
+    assert "resumes it" in out
