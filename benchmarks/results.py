@@ -513,9 +513,10 @@ def main() -> None:
                 p.error("--seed needs --task, --system and --lr (one run of the study)")
             try:
                 run_full_job(Job(args.task, args.lr, args.seed, args.system), args)
-            except (TrainingInterrupted, Stopped) as stop:  # SIGTERM or Ctrl-C: state saved
-                print(f"stopped: {stop or 'state saved at the end of the step'}; the same "
-                      "command (or --study) resumes it", flush=True)
+            except KeyboardInterrupt as stop:  # as bertkit's CLI: SIGTERM's and Ctrl-C's kin
+                said = f": {stop}" if str(stop) else ""  # the loops name the state they saved
+                print(f"stopped{said}; the same command (or --study) resumes it from its last "
+                      "saved state", flush=True)
                 raise SystemExit(130) from None
         elif args.study:
             if run_study(tasks, args.workers, args.store, args.threads):
