@@ -77,6 +77,14 @@ def test_the_table_says_whether_the_gap_is_within_the_seed_spread():
     assert cells[4] == "70.00 (1)" and cells[6] == "**no**¹"  # one seed: no spread shown
 
 
+def test_a_second_metrics_row_points_to_the_sweep_it_did_not_choose_by():
+    records = [run("mrpc", lr, study.SWEEP_SEED, "bertkit", v)
+               for lr, v in zip(study.LR_GRID, (0.831, 0.849, 0.844))]
+    rows = {line.split(" | ")[0]: line.split(" | ") for line in study.full_table(records)[2:]}
+    assert rows["| mrpc (f1)"][2] == "2e-05: 83.1, **3e-05: 84.9**, 5e-05: 84.4"
+    assert rows["| mrpc (accuracy)"][2] == "as above (by f1)"
+
+
 def test_a_time_cell_names_the_threads_of_runs_given_more_than_one():
     one = run("squad1", 3e-5, 0, "bertkit", 0.8, train_s=600.0, threads=1)
     two = {**one, "seed": 1, "threads": 2}
