@@ -340,17 +340,17 @@ def full_table(records: list[dict]) -> list[str]:
         command = f"`python benchmarks/results.py --study --task {task}`"
         # the sweep chooses by the first metric; a second metric's row would show the same
         # numbers as if they were its own (MRPC's accuracy row, F1 values), so it points up
-        sweep, spec_metric = _sweep(task, records), spec["metrics"][0]
+        sweep, first = _sweep(task, records), spec["metrics"][0]
         for metric in spec["metrics"]:
             values = {s: [scale * r["metrics"][metric] for r in runs[s]] for s in runs}
             gap = (f"{_stats(values['bertkit'])[0] - _stats(values['transformers'])[0]:+.2f}"
                    if values["bertkit"] and values["transformers"] else "–")
             lines.append(
                 f"| {task} ({metric}) | {f'{sized[0]:,}' if sized else '–'} | "
-                f"{sweep if metric == spec['metrics'][0] else f'as above (by {spec_metric})'} | "
+                f"{sweep if metric == first else f'as above (by {first})'} | "
                 f"{_cell(values['bertkit'])} | "
                 f"{_cell(values['transformers'])} | {gap} | "
                 f"{_within(values['bertkit'], values['transformers'])} | "
                 f"{_speed(runs['bertkit'])} | {_speed(runs['transformers'])} | "
-                f"{spec['published'] if metric == spec['metrics'][0] else ''} | {command} |")
+                f"{spec['published'] if metric == first else ''} | {command} |")
     return lines
