@@ -24,8 +24,10 @@ setup: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
+# Two workers (pytest-xdist), a test file each at a time: the training tests run on one thread,
+# so one process leaves a core idle; a file's module fixtures are built once.
 test: lint
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q tests
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile tests
 
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/bertkit demo $(if $(CORPUS),--corpus $(CORPUS))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -282,27 +283,21 @@ def bench_pretrain_loop(shape: str, T: int, B: int, args, device: torch.device) 
     from bertkit.training import TrainConfig, train
 
     config = BertConfig.preset(shape, max_position_embeddings=max(512, T))
-    warm, steps = 3, args.repeats
-    items = loop_items(config, B * (warm + steps), T)
-
-    def run(n_steps: int, out: str) -> float:
-        torch.manual_seed(0)
-        model = BertForPreTraining(config)
-        cfg = TrainConfig(output_dir=out, max_steps=n_steps, batch_size=B, lr=1e-4,
-                          warmup_steps=1, precision=args.precision, device=str(device),
-                          log_every=10, save_every=0, keep=1, progress=False,
-                          loader_workers=args.loader_workers)
-        sync(device)
-        start = time.perf_counter()
-        train(model, items, collate_pretraining, cfg)
-        sync(device)
-        return time.perf_counter() - start
-
+    steps = max(2, args.repeats)
+    items = loop_items(config, B * 2 * steps, T)
     reset_peak(device)
     with tempfile.TemporaryDirectory() as tmp:
-        run(warm, f"{tmp}/a")  # compile caches, allocator
-        short, long = run(warm, f"{tmp}/b"), run(warm + steps, f"{tmp}/c")
-    ours = {"s": (long - short) / steps, "peak_gib": peak_gib(device)}
+        # the loop times itself (`train_seconds` in each log record, a sync at each): the first
+        # `steps` steps warm up (kernel choice, allocator, optimizer state), the next are timed
+        torch.manual_seed(0)
+        cfg = TrainConfig(output_dir=tmp, max_steps=2 * steps, batch_size=B, lr=1e-4,
+                          warmup_steps=1, precision=args.precision, device=str(device),
+                          log_every=steps, save_every=0, keep=1, progress=False,
+                          loader_workers=args.loader_workers)
+        train(BertForPreTraining(config), items, collate_pretraining, cfg)
+        seconds = {r["step"]: r["train_seconds"] for r in map(json.loads, open(
+            f"{tmp}/metrics.jsonl", encoding="utf-8")) if "train_seconds" in r}
+    ours = {"s": (seconds[2 * steps] - seconds[steps]) / steps, "peak_gib": peak_gib(device)}
     ref_model = pair_models(config, device, BertForPreTraining, transformers.BertForPreTraining)[1]
     ref_opt = torch.optim.AdamW(param_groups(ref_model, 0.01), lr=1e-4, eps=1e-6,
                                 fused=device.type in ("cuda", "cpu"))
@@ -360,24 +355,27 @@ def main() -> None:
     print(f"device {where}, torch {torch.__version__}, transformers {transformers.__version__}, "
           f"{args.precision}, peak {args.peak_tflops or 'unknown'} TFLOP/s")
     results = []
+
+    def record(result: dict) -> None:
+        """Print the row and rewrite the JSON: a run stopped by its time cap keeps its rows."""
+        results.append(result)
+        show(result)
+        if args.json:
+            with open(args.json + ".tmp", "w", encoding="utf-8") as f:
+                json.dump({"args": vars(args), "device": where, "results": results}, f, indent=2)
+            os.replace(args.json + ".tmp", args.json)
+
     cases = args.cases.split(",")
     for shape in args.shapes.split(","):
         for T in map(int, args.seqs.split(",")):
             if "loop" in cases:
-                results.append(bench_pretrain_loop(shape, T, batch.get(T, 8), args, device))
-                show(results[-1])
+                record(bench_pretrain_loop(shape, T, batch.get(T, 8), args, device))
             if "step" in cases:
-                results.append(bench_pretrain(shape, T, batch.get(T, 8), args, device))
-                show(results[-1])
+                record(bench_pretrain(shape, T, batch.get(T, 8), args, device))
         if "finetune" in cases:
-            results.append(bench_finetune(shape, args, device))
-            show(results[-1])
+            record(bench_finetune(shape, args, device))
         if "inference" in cases:
-            results.append(bench_inference(shape, args, device))
-            show(results[-1])
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"args": vars(args), "device": where, "results": results}, f, indent=2)
+            record(bench_inference(shape, args, device))
 
 
 if __name__ == "__main__":

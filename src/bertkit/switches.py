@@ -1,11 +1,13 @@
-"""The environment switches: the one place the library reads the environment.
+"""The environment switches: the one place below the CLI that reads the environment (the CLI
+reads its own, such as `BERTKIT_DATA` and a launcher's `WORLD_SIZE`, and passes values down).
 
 They exist so that one machine can take the branches another machine would take, above all in
 the test suite, which CI runs on whatever CPU class it gets:
 
 - `BERTKIT_AUTO_PRECISION=fp32|bf16`: what `--precision auto` resolves to on the CPU, whatever
-  the CPU's flags say (`auto` picks bf16 on CPUs with native bf16, fp32 elsewhere). Run the
-  suite once with each to see it pass on every CPU class.
+  the CPU's flags say (`auto` picks bf16 on CPUs with native bf16, fp32 elsewhere). Tests that
+  compare numbers pin fp32; a test of `auto` end to end takes the `auto_precision` fixture
+  (tests/conftest.py), which runs it under both settings in every run of the suite.
 - `BERTKIT_DEVICE_GENERIC=1`: the model takes the branches it takes on a GPU (SDPA attention
   with dropout inside it, one attention group, `F.dropout`) on the CPU too, so that every
   parity, gradient and dropout-statistics test also covers them.

@@ -109,32 +109,34 @@ def test_the_docs_full_table_is_the_stores():
 
 
 class Parts:
-    """bertkit's side of one study job, trained in parts: each part's `train` saves a state
-    `steps` further on and takes `seconds`, then ends as told (a clean stop, a kill, done)."""
+    """bertkit's side of one study job, trained in parts: each part's training saves a state
+    `steps` further on and costs 0.05 s, which the loop sums over the parts in the state's
+    summary, then ends as told (a clean stop, a kill, done)."""
 
     def __init__(self, results, tmp_path, monkeypatch):
         monkeypatch.setattr(study, "WORK", tmp_path / "study")
-        self.results, self.resumes = results, []
+        self.results, self.resumes, self.total = results, [], 0.0
         self.job = study.Job("cola", 3e-5, 0, "bertkit")
         self.args = SimpleNamespace(store=tmp_path / "runs.jsonl", model_dir="unused",
                                     side_by_side=2, threads=1)
         self.out = tmp_path / "study" / self.job.name / "run"
         monkeypatch.setattr(results, "run_one", self.run_one)
-        monkeypatch.setattr(results, "loop_train", self.train)
-        # and whatever results leaves in finetune's `train` goes back after the test
-        monkeypatch.setattr(results.finetune_module, "train", results.finetune_module.train)
 
     def run_one(self, config):
         self.resumes.append(config.train.resume)
-        self.results.finetune_module.train()
-        return {"mcc": 0.25, "train_examples": 8}
+        self.train()
+        return {"mcc": 0.25, "train_examples": 8, "train_seconds": self.total,
+                "train_cpu_seconds": self.total}
 
     def train(self):
         saved = sorted(int(p.name[5:]) for p in self.out.glob("checkpoints/step-*"))
         step = (saved[-1] if saved else 0) + 2
-        (self.out / "checkpoints" / f"step-{step}").mkdir(parents=True)
-        (self.out / "checkpoints" / f"step-{step}" / "state.pt").write_text("state")
-        time.sleep(0.05)
+        self.total += 0.05
+        state = self.out / "checkpoints" / f"step-{step}"
+        state.mkdir(parents=True)
+        (state / "state.pt").write_text("state")
+        (state / "summary.json").write_text(json.dumps(
+            {"step": step, "train_seconds": self.total, "cpu_seconds": self.total}))
         if self.end is not None:
             raise self.end
 

@@ -11,15 +11,7 @@ import torch
 
 from bertkit.cli.main import main
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a shared, loaded machine every parallel
-    region waits for its slowest (descheduled) thread: one thread here is ~10x faster."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="session")

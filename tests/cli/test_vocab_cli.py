@@ -94,7 +94,7 @@ def test_stats_reports_tokens_per_word_and_unk(tmp_path, capsys):
     assert f"tokens per word  {tokens / len(words):.4f}" in capsys.readouterr().out
 
 
-def test_held_out_quality_gzip_input_and_deprecated_name(tmp_path, capsys, caplog):
+def test_held_out_quality_gzip_input_and_removed_name(tmp_path, capsys):
     import gzip
 
     from bertkit.tokenization.counting import count_files, vocab_quality
@@ -114,8 +114,47 @@ def test_held_out_quality_gzip_input_and_deprecated_name(tmp_path, capsys, caplo
     assert main(["vocab", "stats", str(tmp_path / "out"), "-i", *map(str, paths),
                  "--held-out", str(held_out)]) == 0
     assert line in capsys.readouterr().out
-    # the old name of the default still works, with a note, and gives the same vocabulary
-    assert _train(paths, tmp_path / "old", "--criterion", "gain") == 0
-    assert "'gain' is deprecated" in caplog.text  # logged to stderr by the CLI
-    assert (tmp_path / "old" / "vocab.txt").read_bytes() == \
-        (tmp_path / "out" / "vocab.txt").read_bytes()
+    # the old name of the default ("gain") is refused by the parser, before any work
+    with pytest.raises(SystemExit) as exit_info:
+        _train(paths, tmp_path / "old", "--criterion", "gain")
+    assert exit_info.value.code == 2 and not (tmp_path / "old").exists()
+
+
+def test_text_field_id_field_and_folders(tmp_path, capsys):
+    """The record options `prepare` has (--text-field, --id-field) and folder inputs (read
+    recursively, as WikiExtractor's out/AA/wiki_00 layout)."""
+    import bz2
+    import json
+
+    records = tmp_path / "out" / "AA" / "wiki_00"  # WikiExtractor --json: no extension
+    records.parent.mkdir(parents=True)
+    records.write_text("".join(json.dumps({"id": i, "body": f"Walking painters sing {i}."}) + "\n"
+                               for i in range(40)), encoding="utf-8")
+    (tmp_path / "out" / "AB").mkdir()
+    (tmp_path / "out" / "AB" / "wiki_00.bz2").write_bytes(  # WikiExtractor --compress
+        bz2.compress(b'{"id": 99, "body": "Dreaming readers jump."}\n' * 5))
+    assert _train([tmp_path / "out"], tmp_path / "v1") == 1  # the message names the option
+    err = capsys.readouterr().err.strip()
+    assert f'{records}:1: expected an object with a string "text" field' in err
+    assert "choose the field with --text-field" in err and "\n" not in err
+    assert _train([tmp_path / "out"], tmp_path / "v2", "--text-field", "body", "--id-field",
+                  "id") == 0
+    vocab = (tmp_path / "v2" / "vocab.txt").read_text(encoding="utf-8").split()
+    assert {"walking", "painters", "dreaming"} <= set(vocab)  # both files were read
+    assert main(["vocab", "stats", str(tmp_path / "v2"), "-i", str(tmp_path / "out"),
+                 "--text-field", "body"]) == 0
+    assert "words            220 (" in capsys.readouterr().out  # 40 x 5 + 5 x 4
+
+
+def test_truncated_gzip_is_one_line_naming_the_file(tmp_path, capsys):
+    import gzip
+
+    paths = _write_corpus(tmp_path)
+    packed = gzip.compress(paths[0].read_bytes())
+    cut = tmp_path / "cut.txt.gz"
+    cut.write_bytes(packed[: len(packed) * 7 // 10])
+    assert _train([paths[1], cut], tmp_path / "out") == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (f"bertkit: error: {cut}: cannot read: the gz data is cut short (it ends "
+                   "before its end-of-stream marker); was its download or copy interrupted?")
+    assert not (tmp_path / "out" / "vocab.txt").exists()

@@ -178,3 +178,55 @@ def test_vocab_train_counts_the_words_of_parquet_and_datasets_folders(formats, t
     assert main(["vocab", "train", str(renamed), "--vocab-size", "60", "--output",
                  str(tmp_path / "vocab"), "--no-progress"]) == 0
     assert {"cats", "dog", "the"} <= set((tmp_path / "vocab" / "vocab.txt").read_text().split())
+
+
+def damage_page(path, group):
+    """Overwrites 32 bytes in the middle of row group `group`'s column data with 0xFF (to snappy,
+    a copy from before the start); the footer stays intact, so the file opens and its schema
+    reads, and the damage shows only when the page is read."""
+    column = pq.ParquetFile(path).metadata.row_group(group).column(0)
+    data = bytearray(path.read_bytes())
+    middle = column.data_page_offset + column.total_compressed_size // 2
+    data[middle: middle + 32] = b"\xff" * 32
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_parquet_page_names_the_file_and_row_group(tmp_path, capsys):
+    path = tmp_path / "pages.parquet"
+    texts = pa.table({"body": [f"Document {i} says something about cats. " * 5 for i in range(200)]})
+    pq.write_table(texts, path, compression="snappy", use_dictionary=False, row_group_size=100)
+    damage_page(path, 1)
+    with pytest.raises(BertkitError, match=r"pages\.parquet: damaged Parquet data in row group 1 "
+                       r"\(rows 101-200\): [^\n]+$"):  # the decoder's words, on one line
+        read([path], fields=Fields("body"))
+    # through the CLI, with vocab train's --text-field: one line naming the file, exit 1
+    assert main(["vocab", "train", str(path), "--text-field", "body", "--vocab-size", "60",
+                 "--output", str(tmp_path / "vocab"), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("bertkit: error:") and "\n" not in err
+    assert "pages.parquet: damaged Parquet data in row group 1" in err
+    # pages with a CRC (parquet-mr writes one) are checked: without compression a flipped byte
+    # would otherwise be read as other text
+    plain = tmp_path / "crc.parquet"
+    pq.write_table(texts, plain, compression="none", use_dictionary=False, row_group_size=100,
+                   write_page_checksum=True)
+    damage_page(plain, 0)
+    with pytest.raises(BertkitError, match=r"crc\.parquet: damaged Parquet data in row group 0 "
+                       r"\(rows 1-100\): .*CRC"):
+        read([plain], fields=Fields("body"))
+
+
+def test_a_datasetdict_folder_is_refused_with_the_split_to_pass(formats, tmp_path):
+    """`DatasetDict.save_to_disk` writes dataset_dict.json and a `Dataset` folder per split."""
+    import shutil
+
+    folder = tmp_path / "dict"
+    folder.mkdir()
+    (folder / "dataset_dict.json").write_text(json.dumps({"splits": ["test", "train"]}))
+    for split in ("test", "train"):
+        shutil.copytree(formats["datasets"], folder / split)
+    with pytest.raises(BertkitError, match=rf"dict: a `datasets` DatasetDict folder \(splits: "
+                       rf"test, train\); pass the split to read, e.g. {folder / 'train'}$"):
+        read([folder])
+    docs, _ = read([folder / "train"])
+    assert [d.paragraphs for d in docs] == [d.paragraphs for d in read([formats["jsonl"]])[0]]

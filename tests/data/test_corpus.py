@@ -1,8 +1,12 @@
-"""Corpus readers: formats, sniffing, encodings, headings, empty documents, bad input."""
+"""Corpus readers: formats, sniffing, encodings, headings, empty documents, bad input,
+compressed files cut short, folders."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import logging
 
 import pytest
 
@@ -10,6 +14,7 @@ from bertkit.data.chunks import chunk_documents
 from bertkit.data.corpus import (
     CorpusStats,
     Document,
+    check_output_outside,
     read_corpus,
     sniff_format,
 )
@@ -86,16 +91,27 @@ def test_jsonl_records_and_errors(tmp_path):
         _read([bad])
 
 
-def test_empty_text_file_is_counted(tmp_path):
+def test_a_corpus_without_documents_is_an_error_naming_its_files(tmp_path, caplog):
     (tmp_path / "empty.txt").write_text("\n\n  \n")
-    docs, stats = _read([tmp_path / "empty.txt"], "text")
-    assert docs == [] and stats.empty_documents == 1
+    stats = CorpusStats()
+    with pytest.raises(BertkitError, match=r"empty\.txt: no documents \(the file is empty"):
+        list(read_corpus([tmp_path / "empty.txt"], "text", stats))
+    assert stats.empty_documents == 1  # counted before the error
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    with pytest.raises(BertkitError, match=r"empty\.jsonl: no documents"):
+        _read([tmp_path / "empty.jsonl"])
+    # beside files with documents, an empty one is read and named in a warning
+    (tmp_path / "full.txt").write_text("Some text.\n")
+    with caplog.at_level(logging.WARNING, logger="bertkit.data.corpus"):
+        docs, _ = _read([tmp_path / "empty.jsonl", tmp_path / "full.txt"])
+    assert [d.paragraphs for d in docs] == [("Some text.",)]
+    assert "1 of 2 files gave no documents" in caplog.text and "empty.jsonl" in caplog.text
 
 
 def test_bad_paths_and_binary(tmp_path):
     with pytest.raises(BertkitError, match="cannot read"):
         _read([tmp_path / "missing.txt"])
-    with pytest.raises(BertkitError, match="is a directory"):
+    with pytest.raises(BertkitError, match="an empty folder"):
         _read([tmp_path], "text")
     garbage = tmp_path / "garbage.bin"
     garbage.write_bytes(bytes(range(256)) * 20)
@@ -137,3 +153,78 @@ def test_chunks_hold_two_documents_and_merge_the_tail():
     chunks = list(chunk_documents(docs[:4], 60))  # the lone last document joins its predecessor
     assert [[d.source for d in c] for c in chunks] == [["0", "1", "2", "3"]]
     assert [len(c) for c in chunk_documents(docs[:1], 60)] == [1]
+
+
+TEXT = "".join(f"Sentence {i} of the corpus is here.\nAnd one more follows it.\n\n"
+               for i in range(400)).encode()
+
+
+def _zstd(data: bytes) -> bytes:
+    zstandard = pytest.importorskip("zstandard", reason=".zst needs zstandard (the corpus extra)")
+    return zstandard.ZstdCompressor().compress(data)
+
+
+COMPRESSORS = {"txt.gz": gzip.compress, "jsonl.gz": gzip.compress, "txt.bz2": bz2.compress,
+               "txt.zst": _zstd}
+
+
+def _content(name: str) -> bytes:
+    if name.startswith("jsonl"):
+        return b"".join(json.dumps({"text": p}).encode() + b"\n" for p in TEXT.decode().split("\n\n"))
+    return TEXT
+
+
+@pytest.mark.parametrize("name", list(COMPRESSORS))
+def test_compressed_files_read_whole_and_cut_short_are_errors(tmp_path, name):
+    from bertkit.tokenization.counting import count_file
+
+    packed = COMPRESSORS[name](_content(name))
+    whole, cut = tmp_path / f"whole.{name}", tmp_path / f"cut.{name}"
+    whole.write_bytes(packed)
+    cut.write_bytes(packed[: len(packed) * 7 // 10])  # an interrupted download
+    plain = tmp_path / ("plain." + name.split(".")[0])
+    plain.write_bytes(_content(name))
+    expected = [d.paragraphs for d in _read([plain])[0]]
+    assert len(expected) == 400 and [d.paragraphs for d in _read([whole])[0]] == expected
+    # never a traceback from the codec, never a shorter corpus: one error naming the file, in
+    # `prepare`'s reader and in `vocab train`'s counting alike
+    message = rf"cut\.{name.replace('.', '[.]')}: cannot read: the \w+ data is cut short"
+    with pytest.raises(BertkitError, match=message):
+        _read([cut])
+    with pytest.raises(BertkitError, match=message):
+        count_file(cut)
+
+
+def test_zstd_of_several_frames_is_read_to_the_end(tmp_path):
+    path = tmp_path / "frames.txt.zst"  # what pzstd or `cat a.zst b.zst` write
+    path.write_bytes(_zstd(b"First part.\n\n") + _zstd(b"Second part.\n"))
+    docs, _ = _read([path], "google")
+    assert [d.paragraphs for d in docs] == [("First part.",), ("Second part.",)]
+    path.write_bytes(_zstd(b"First part.\n") + b"trailing junk")
+    with pytest.raises(BertkitError, match=r"frames\.txt\.zst: cannot read: damaged or not zst"):
+        _read([path])
+
+
+def _wiki(doc_id: int, body: str) -> str:
+    return (f'<doc id="{doc_id}" url="https://x/?curid={doc_id}" title="T{doc_id}">\n'
+            f"T{doc_id}\n\n{body}\n</doc>\n")
+
+
+def test_a_folder_is_read_recursively_in_sorted_order(tmp_path):
+    """WikiExtractor's out/ (AA/wiki_00 ..., --compress: .bz2), hidden and _ files skipped."""
+    out = tmp_path / "out"
+    (out / "AB").mkdir(parents=True)
+    (out / "AA").mkdir()
+    (out / "AB" / "wiki_00.bz2").write_bytes(bz2.compress(_wiki(3, "Third.").encode()))
+    (out / "AA" / "wiki_01").write_text(_wiki(2, "Second."))
+    (out / "AA" / "wiki_00").write_text(_wiki(1, "First."))
+    (out / ".DS_Store").write_bytes(b"\x00\x01binary")
+    (out / "_SUCCESS").write_bytes(b"")
+    docs, stats = _read([out])
+    assert [d.paragraphs for d in docs] == [("First.",), ("Second.",), ("Third.",)]
+    assert docs[2].source == f"{out / 'AB' / 'wiki_00.bz2'}:1 (id 3)"
+    assert stats.files == 3 and stats.formats == {"wikiextractor": 3}
+    # an output folder inside an input folder would be read back as input by the next run
+    with pytest.raises(BertkitError, match=r"--output .*shards is inside the input folder"):
+        check_output_outside(out / "AA" / "shards", [out])
+    check_output_outside(tmp_path / "shards", [out])  # beside it is fine

@@ -71,7 +71,7 @@ def test_parts_merge_into_exactly_one_runs_shards(corpus, tokenizer, one_run, tm
     assert chunks > 3 and len(meta["shards"]) > 3
     dirs = [tmp_path / f"part{i}" for i in range(parts)]
     for i in reversed(range(parts)):  # any order
-        prepare_part(corpus, tokenizer, dirs[i], CONFIG, i, parts, progress=False)
+        prepare_part(corpus, tokenizer, dirs[i], CONFIG, part=i, parts=parts, progress=False)
     if parts > chunks:  # some parts got no chunk at all
         assert not json.loads((dirs[-1] / "meta.json").read_text())["chunks"]
     merged = tmp_path / "merged"
@@ -92,22 +92,22 @@ def test_a_killed_part_resumes(corpus, tokenizer, one_run, tmp_path, monkeypatch
 
     monkeypatch.setattr(shard_io, "write_shard", dying)
     with pytest.raises(KeyboardInterrupt):
-        prepare_part(corpus, tokenizer, tmp_path / "p0", CONFIG, 0, 2, progress=False)
+        prepare_part(corpus, tokenizer, tmp_path / "p0", CONFIG, part=0, parts=2, progress=False)
     monkeypatch.setattr(shard_io, "write_shard", real)
     with pytest.raises(BertkitError, match="did not finish; run it again with --resume"):
         merge_parts([tmp_path / "p0"], tmp_path / "early", progress=False)
     with pytest.raises(BertkitError, match="already holds a prepared part"):
-        prepare_part(corpus, tokenizer, tmp_path / "p0", CONFIG, 0, 2, progress=False)
-    prepare_part(corpus, tokenizer, tmp_path / "p0", CONFIG, 0, 2, resume=True, progress=False)
-    prepare_part(corpus, tokenizer, tmp_path / "p1", CONFIG, 1, 2, progress=False)
+        prepare_part(corpus, tokenizer, tmp_path / "p0", CONFIG, part=0, parts=2, progress=False)
+    prepare_part(corpus, tokenizer, tmp_path / "p0", CONFIG, part=0, parts=2, resume=True, progress=False)
+    prepare_part(corpus, tokenizer, tmp_path / "p1", CONFIG, part=1, parts=2, progress=False)
     merge_parts([tmp_path / "p0", tmp_path / "p1"], tmp_path / "merged", progress=False)
     assert_same_folder(tmp_path / "merged", one_run)
 
 
 def test_parts_of_other_preparations_or_missing_parts_are_refused(corpus, tokenizer, tmp_path):
-    prepare_part(corpus, tokenizer, tmp_path / "a0", CONFIG, 0, 2, progress=False)
+    prepare_part(corpus, tokenizer, tmp_path / "a0", CONFIG, part=0, parts=2, progress=False)
     other = PrepareConfig(CONFIG.chunk, format="google", shard_size=50, chunk_chars=700)
-    prepare_part(corpus, tokenizer, tmp_path / "b1", other, 1, 2, progress=False)
+    prepare_part(corpus, tokenizer, tmp_path / "b1", other, part=1, parts=2, progress=False)
     with pytest.raises(BertkitError, match="other params"):
         merge_parts([tmp_path / "a0", tmp_path / "b1"], tmp_path / "m", progress=False)
     with pytest.raises(BertkitError, match=r"missing \[1\]"):

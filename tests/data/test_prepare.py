@@ -122,7 +122,7 @@ def _cli(args: list[str], capsys) -> tuple[int, str]:
     [
         (None, "cannot read"),
         (bytes(range(256)) * 64, "binary data"),
-        (b"\n\n", "no instances"),
+        (b"\n\n", "input.txt: no documents"),
         (b"The only sentence of this corpus.\n", "need at least two"),
     ],
 )

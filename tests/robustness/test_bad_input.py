@@ -437,6 +437,13 @@ def b_prepare_negative_workers(w: World) -> Spec:
 
 
 @case
+def b_prepare_empty_jsonl(w: World) -> Spec:
+    corpus = w.write("records.jsonl", b"")
+    return Spec(["prepare", corpus, "--tokenizer", w.tiny_model, "--output", w.tmp / "shards",
+                 "--no-progress"], [corpus, w.tiny_model], ["records.jsonl", "no documents"])
+
+
+@case
 def b_info_config_without_architecture(w: World) -> Spec:
     model = w.copy(w.tiny_model, "my-base-model")
     (model / "config.json").write_text('{"model_type": "bert"}\n', encoding="utf-8")
@@ -520,6 +527,36 @@ def c_export_unsupported_opset(w: World) -> Spec:
                 [model], ["--opset"])
 
 
+def cut_short(data: bytes) -> bytes:
+    """The first 70% of `data`: an interrupted download or copy."""
+    return data[: len(data) * 7 // 10]
+
+
+CORPUS = "".join(f"Sentence {i} of a longer corpus.\nAnd one more after it.\n\n" for i in range(300))
+
+
+@case
+def c_prepare_truncated_zst(w: World) -> Spec:
+    """Read silently as a shorter corpus before (exit 0 with half the tokens)."""
+    try:
+        import zstandard
+    except ImportError:
+        pytest.skip("zstandard is not installed (the corpus extra)")
+    corpus = w.write("corpus.txt.zst",
+                     cut_short(zstandard.ZstdCompressor().compress(CORPUS.encode())))
+    return Spec(["prepare", corpus, "--tokenizer", w.tiny_model, "--output", w.tmp / "shards",
+                 "--no-progress"], [corpus, w.tiny_model], ["corpus.txt.zst", "cut short"])
+
+
+@case
+def c_vocab_train_truncated_bz2(w: World) -> Spec:
+    import bz2
+
+    corpus = w.write("wiki/AA/wiki_00.bz2", cut_short(bz2.compress(CORPUS.encode())))
+    return Spec(["vocab", "train", w.tmp / "wiki", "--output", w.tmp / "vocab", "--no-progress"],
+                [w.tmp / "wiki"], [str(corpus), "cut short"])
+
+
 # --- D. careless users and attackers ------------------------------------------------------------
 
 @case
@@ -566,6 +603,16 @@ def d_prepare_output_is_existing_file(w: World) -> Spec:
     results = w.write("results.txt", "my precious results\n")
     return Spec(["prepare", corpus, "--tokenizer", w.tiny_model, "--output", results,
                  "--no-progress"], [corpus, results], ["results.txt"])
+
+
+@case
+def d_prepare_datasetdict_folder(w: World) -> Spec:
+    """`DatasetDict.save_to_disk`'s folder: one `Dataset` folder per split."""
+    folder = w.tmp / "squad-dict"
+    w.write("squad-dict/dataset_dict.json", '{"splits": ["train", "validation"]}')
+    w.write("squad-dict/train/state.json", '{"_data_files": [{"filename": "data.arrow"}]}')
+    return Spec(["prepare", folder, "--tokenizer", w.tiny_model, "--output", w.tmp / "shards",
+                 "--no-progress"], [folder, w.tiny_model], ["squad-dict", str(folder / "train")])
 
 
 @case

@@ -99,12 +99,10 @@ def test_absorbed_pieces_do_not_count():
     assert dropped.pieces == ["hug", "pun", "pug", "bun", "hugs"] and not dropped.stopped_early
 
 
-def test_deprecated_gain_is_the_likelihood_criterion(caplog):
-    with caplog.at_level(logging.WARNING):
-        config = _config(criterion="gain")
-    assert config.criterion == "likelihood"
-    assert "'gain' is deprecated: it is now called 'likelihood'" in caplog.text
-    assert train_from_counts(HUG, config).merges == LIKELIHOOD_MERGES
+def test_the_removed_alias_gain_is_refused():
+    # "gain" was the likelihood criterion's old name (docs/benchmarks.md); it is no longer accepted
+    with pytest.raises(BertkitError, match="criterion must be one of"):
+        _config(criterion="gain")
 
 
 def test_pmi_merge_sequence_is_exact():

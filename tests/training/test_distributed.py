@@ -7,7 +7,11 @@
 - a run saved with 2 processes resumes with 1, and the other way round, on the same examples in
   the same order (losses equal with dropout off), saying once what could not carry over;
 - CUDA RNG states of more GPUs than this machine has are restored as far as they go;
-- the commands that are not distributed refuse torchrun in one line.
+- the commands that are not distributed refuse torchrun in one line (fine-tuning under torchrun:
+  test_finetune_ddp.py);
+- restarts: torchrun --max-restarts restarts a killed worker with the same command line
+  (`--resume auto`) to the uninterrupted losses; one process stopping with bertkit's error ends
+  every process with one line; a group that does not form ends within --join-timeout.
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ def corpus(shared_data, tmp_path_factory):
     return {"root": root, "tok": root / "tok", "config": root / "config.json", **shards}
 
 
-def torchrun(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+def torchrun(*args: str, timeout: int = 180) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                            "--nproc_per_node", "2", *args], capture_output=True, text=True,
                           timeout=timeout, env=ENV)
@@ -118,21 +122,115 @@ def seen(out: Path) -> dict[int, int]:
     return pairs
 
 
-def test_killed_two_process_run_resumes_identically(corpus, tmp_path):
+@pytest.fixture(scope="module")
+def full_with_dropout(corpus, tmp_path_factory) -> Path:
+    """An uninterrupted 2-process run, dropout on: what every cut and resumed run must equal."""
+    out = tmp_path_factory.mktemp("full") / "run"
+    full = worker(corpus, out, 2, "--dropout", "0.1")
+    assert full.returncode == 0, full.stderr[-3000:]
+    return out
+
+
+def test_killed_two_process_run_resumes_identically(corpus, tmp_path, full_with_dropout):
     """Dropout on, dynamic masks: SIGKILL between the step-3 and step-6 checkpoints, resume
     with 2 processes: steps 4-6 lose exactly what the uninterrupted run lost."""
-    full = worker(corpus, tmp_path / "full", 2, "--dropout", "0.1")
-    assert full.returncode == 0, full.stderr[-3000:]
     # 2 micro-batches per step on each rank: call 8 is in step 4, after the step-3 save
     killed = worker(corpus, tmp_path / "cut", 2, "--dropout", "0.1", "--kill-at", "8")
     assert killed.returncode != 0
     assert [s for s, _ in list_checkpoints(tmp_path / "cut")] == [3]
     resumed = worker(corpus, tmp_path / "cut", 2, "--dropout", "0.1", "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    expected = json.loads((tmp_path / "full" / "losses-0.json").read_text())
+    expected = json.loads((full_with_dropout / "losses-0.json").read_text())
     got = json.loads((tmp_path / "cut" / "losses-3.json").read_text())
     assert got == expected[3:]  # exact: same ranks, same random streams, same reductions
-    assert seen(tmp_path / "cut") == seen(tmp_path / "full")
+    assert seen(tmp_path / "cut") == seen(full_with_dropout)
+
+
+def test_torchrun_restarts_a_killed_worker_with_the_same_command_line(corpus, tmp_path,
+                                                                      full_with_dropout):
+    """`torchrun --max-restarts 1` and `--resume auto`: the first start begins the run, rank 0
+    is killed (SIGKILL) in step 4, torchrun starts both processes again with the same command
+    line, they join (a store prefix per restart: torch's shared store would hand them the dead
+    workers' addresses) and continue from the step-3 state to the uninterrupted losses."""
+    out = tmp_path / "restarted"
+    args = [str(WORKER), str(corpus["dynamic"]), str(corpus["tok"]), str(out), "--dropout",
+            "0.1", "--kill-at", "8", "--resume", "auto"]
+    proc = torchrun("--max-restarts", "1", *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    expected = json.loads((full_with_dropout / "losses-0.json").read_text())
+    assert not (out / "losses-0.json").exists()  # the first start never finished
+    assert json.loads((out / "losses-3.json").read_text()) == expected[3:]
+    assert seen(out) == seen(full_with_dropout)
+    # rank 1, left in a collective with the killed rank 0, ends without a gloo traceback
+    assert "Connection closed by peer" not in proc.stderr and bertkit_lines(proc.stderr) == []
+
+
+def bertkit_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("bertkit: error:")]
+
+
+def test_one_process_stopping_ends_every_process_with_one_line(corpus, tmp_path):
+    """The last rank stops with a BertkitError in step 3 while rank 0 waits for it in the
+    gradient all-reduce: both end at once, rank 0 prints the last rank's line, nothing prints
+    a gloo traceback ("Connection closed by peer")."""
+    proc = worker(corpus, tmp_path / "run", 2, "--fail-at", "5")
+    assert proc.returncode != 0
+    lines = bertkit_lines(proc.stderr)
+    assert lines == ["bertkit: error: bad record in the last rank's batch (call 5) (rank 1)"], \
+        proc.stderr[-3000:]
+    assert "Connection closed by peer" not in proc.stderr
+    assert f'File "{WORKER}"' not in proc.stderr  # torchrun's own summary aside, no traceback
+
+
+def test_rank_0_refusing_the_folder_ends_the_waiting_rank_too(corpus, tmp_path):
+    """`bertkit pretrain` under torchrun into a folder another process writes: rank 0 refuses
+    in one line while rank 1 waits for it at a barrier; rank 1 ends at once, silently."""
+    out = tmp_path / "busy"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from bertkit.io import lock_output_dir\n"
+                               "lock_output_dir(sys.argv[1]); print('locked', flush=True)\n"
+                               "time.sleep(120)", str(out)],
+                              stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        proc = torchrun("-m", "bertkit", "pretrain", "--data", str(corpus["mlm+nsp"]),
+                        "--tokenizer", str(corpus["tok"]), "--config", str(corpus["config"]),
+                        "--output", str(out), "--max-steps", "2", "--batch-size", "4",
+                        "--eval-holdout", "0", "--device", "cpu", "--no-progress",
+                        "--resume", "auto", timeout=60)
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert proc.returncode != 0
+    lines = bertkit_lines(proc.stderr)
+    assert len(lines) == 1 and "another process is writing this folder" in lines[0], \
+        proc.stderr[-3000:]
+    assert f"pid {holder.pid} on " in lines[0]
+    assert "bertkit/cli" not in proc.stderr and "Connection closed by peer" not in proc.stderr
+
+
+def test_a_process_group_that_does_not_form_ends_in_one_line(corpus, tmp_path):
+    """Rank 0 of 2 started alone (its peer never comes): it waits --join-timeout seconds, not
+    torch's 30 minutes, and says what to do."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**ENV, "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    proc = subprocess.run([sys.executable, "-m", "bertkit", "pretrain", "--data",
+                           str(corpus["mlm+nsp"]), "--output", str(tmp_path / "out"),
+                           "--device", "cpu", "--join-timeout", "2"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"bertkit: error: the 2 processes did not all join within 2 s (rank 0 of 2, gloo, "
+        f"store 127.0.0.1:{port}; relaunch the job. Under torchrun with several nodes and "
+        "--max-restarts, launch with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; on a slow start "
+        "raise --join-timeout (docs/scaling.md))"]
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("before,after", [(2, 1), (1, 2)])
@@ -172,7 +270,6 @@ def test_cuda_rng_states_of_more_gpus_than_here_restore_as_far_as_they_go(caplog
 
 
 @pytest.mark.parametrize("argv", [
-    ["finetune", "sst2", "--model", "m", "--data", "d", "--output", "o"],
     ["evaluate", "run", "--task", "sst2", "--data", "d"],
     ["embed", "m", "--input", "t.txt", "--output", "v.npy"],
     ["features", "m", "--input", "t.txt", "--output", "f.jsonl"],
@@ -192,8 +289,8 @@ def test_commands_that_are_not_distributed_refuse_torchrun_in_one_line(argv, mon
     assert main(argv) == 1 and capsys.readouterr().err == ""  # one line, from rank 0
 
 
-def test_finetune_under_a_real_torchrun_refuses_in_one_line_and_writes_nothing(tmp_path):
-    proc = torchrun("-m", "bertkit", "finetune", "sst2", "--model", str(tmp_path / "m"),
+def test_evaluate_under_a_real_torchrun_refuses_in_one_line_and_writes_nothing(tmp_path):
+    proc = torchrun("-m", "bertkit", "evaluate", str(tmp_path / "m"), "--task", "sst2",
                     "--data", str(tmp_path / "d"), "--output", str(tmp_path / "out"))
     assert proc.returncode != 0
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("bertkit: error:")]

@@ -29,13 +29,7 @@ from bertkit.training.state import list_checkpoints
 VOCAB, T, P = 64, 12, 3
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """On a shared, oversubscribed CPU two OpenMP threads are ~10x slower than one."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_model(dropout: float = 0.1) -> BertForPreTraining:

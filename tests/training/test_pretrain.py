@@ -4,6 +4,7 @@ inspection commands and the refusals of bad input."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -26,13 +27,7 @@ from bertkit.training.pretrain import ltr_targets, make_collate
 SEQ = 64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """On a shared, oversubscribed CPU two OpenMP threads are ~10x slower than one."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # The fixture's vocabulary is learned by the ratio (pmi) criterion, on which the thresholds below
@@ -113,10 +108,12 @@ def test_loss_falls_on_real_text_then_the_model_fills_masks(corpus, tmp_path, ca
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_ltr_objective_trains_with_a_causal_mask(corpus, tmp_path):
+def test_ltr_objective_trains_with_a_causal_mask(corpus, tmp_path, auto_precision, caplog):
     out = tmp_path / "ltr"
-    assert pretrain(corpus, out, "--objective", "ltr", "--max-steps", "4", "--log-every", "1",
-                    "--eval-holdout", "0") == 0
+    with caplog.at_level(logging.INFO, logger="bertkit.training.hardware"):
+        assert pretrain(corpus, out, "--objective", "ltr", "--max-steps", "4", "--log-every", "1",
+                        "--eval-holdout", "0") == 0
+    assert f"--precision auto: {auto_precision}" in caplog.text  # the run's default, `auto`
     logged = records(out)
     assert len(logged) == 4 and all("nsp_loss" not in r for r in logged)
     assert logged[0]["mlm_loss"] == pytest.approx(np.log(800), abs=0.6)  # every next token

@@ -1,4 +1,4 @@
-"""What several subcommands share: where the real data sets are found."""
+"""What several subcommands share: where the real data sets are found, the training options."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from bertkit.errors import BertkitError
+from bertkit.training.state import RESUME_AUTO
 
 DATA_ENV = "BERTKIT_DATA"
 
@@ -32,3 +33,14 @@ def add_loader_workers(p: argparse.ArgumentParser) -> None:
                    help="DataLoader worker processes that collate batches ahead of the step "
                    "(default: 0 on a CPU, where a worker takes a core from the step; up to 4 "
                    "per GPU)")
+
+
+def add_resume(p: argparse.ArgumentParser) -> None:
+    """--resume [auto], for the commands that train (pretrain, finetune): the bare flag must
+    continue, no flag must start fresh, `auto` does whichever the folder calls for, so that a
+    launcher that restarts a job (torchrun --max-restarts, a Slurm requeue) repeats one line."""
+    p.add_argument("--resume", nargs="?", const=True, default=False, choices=[RESUME_AUTO],
+                   metavar="auto",
+                   help="continue the run in --output from its last checkpoint; `--resume auto`: "
+                   "continue when it has one, start when it has none (a restarted job's one "
+                   "command line); another run's folder (other settings) is refused either way")

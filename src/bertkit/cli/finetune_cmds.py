@@ -1,20 +1,25 @@
 """`bertkit finetune`, `bertkit evaluate`, `bertkit predict`: fine-tune on a task, score a
-fine-tuned model on a labeled file, label new inputs (JSONL out)."""
+fine-tuned model on a labeled file, label new inputs (JSONL out). `finetune` also runs under
+`torchrun` (DDP, one run per launch); the other two refuse there (`cli.main`)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import logging
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
-from bertkit.cli.common import add_loader_workers
+from bertkit.cli.common import add_loader_workers, add_resume
 from bertkit.errors import BertkitError
 from bertkit.inference.finetuned import evaluate_model, predict_examples, task_of
 from bertkit.io import atomic_write_text, check_new_file, claim_output_dir
 from bertkit.tasks import ColumnSpec, FeatureSettings
 from bertkit.tasks.inputs import from_records, read_input
+from bertkit.training import distributed
 from bertkit.training.finetune import FinetuneConfig, build_task, check_data, finetune_train_config, run_one
 from bertkit.training.grid import run_grid
 from bertkit.training.loop import PRECISIONS
@@ -36,7 +41,9 @@ def _add_finetune(subparsers) -> None:
     p = subparsers.add_parser("finetune", help="fine-tune a BERT checkpoint on a task",
                               description="Fine-tune with the paper's recipe (AdamW, batch 32, "
                               "3 epochs, 10% warmup then linear decay). Comma-separated --lr / "
-                              "--epochs and --seeds N run a grid and select on dev.")
+                              "--epochs and --seeds N run a grid and select on dev. Under "
+                              "`torchrun --nproc_per_node N -m bertkit finetune ...` one run "
+                              "trains with DDP; --batch-size stays the global batch.")
     p.add_argument("task", help=TASK_HELP)
     p.add_argument("--model", required=True, help="HF-layout checkpoint directory")
     p.add_argument("--data", required=True, help="folder with the task's train/dev(/test) files")
@@ -48,8 +55,10 @@ def _add_finetune(subparsers) -> None:
     p.add_argument("--max-steps", type=int, default=None, help="cap on optimizer steps per run")
     p.add_argument("--seeds", type=int, default=1, help="runs per setting (seeds seed..seed+N-1)")
     p.add_argument("--seed", type=int, default=FINETUNE_DEFAULTS.train.seed)
-    p.add_argument("--batch-size", type=int, default=FINETUNE_DEFAULTS.train.batch_size)
-    p.add_argument("--micro-batch-size", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=FINETUNE_DEFAULTS.train.batch_size,
+                   help="global examples per step, whatever the number of processes")
+    p.add_argument("--micro-batch-size", type=int, default=None,
+                   help="per forward per process (accumulation = batch / (micro x processes))")
     p.add_argument("--warmup-ratio", type=float, default=FINETUNE_DEFAULTS.train.warmup_ratio)
     p.add_argument("--weight-decay", type=float, default=FINETUNE_DEFAULTS.train.weight_decay)
     p.add_argument("--optimizer", default=FINETUNE_DEFAULTS.train.optimizer, choices=OPTIMIZERS,
@@ -79,7 +88,11 @@ def _add_finetune(subparsers) -> None:
     p.add_argument("--group-by-length", action="store_true",
                    help="batches of similar lengths: less padding in attention, but batches "
                    "are no longer i.i.d. and runs are less stable (docs/results.md)")
-    p.add_argument("--eval-every", type=int, default=0, help="steps between dev evaluations")
+    p.add_argument("--eval-every", type=int, default=0,
+                   help="steps between dev evaluations (under torchrun the other processes "
+                   "wait for rank 0's: see docs/scaling.md for the time limit)")
+    p.add_argument("--log-every", type=int, default=FINETUNE_DEFAULTS.train.log_every,
+                   help="steps between lines of OUTPUT/metrics.jsonl")
     p.add_argument("--save-every", type=int, default=0,
                    help="steps between resumable states (default 0: one per epoch); an hour-long "
                    "epoch killed midway then resumes from its last state")
@@ -87,7 +100,7 @@ def _add_finetune(subparsers) -> None:
                    help="do not label the test file(s) found beside train/dev")
     p.add_argument("--keep-training-state", action="store_true",
                    help="keep checkpoints/ of finished runs (default: only the model)")
-    p.add_argument("--resume", action="store_true", help="continue interrupted runs")
+    add_resume(p)
     _common(p)
     p.set_defaults(func=finetune_cmd)
 
@@ -172,7 +185,7 @@ def finetune_config(args: argparse.Namespace) -> tuple[FinetuneConfig, list[floa
         warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
         optimizer=args.optimizer, schedule=args.schedule, precision=args.precision,
         device=args.device, eval_every=args.eval_every, save_every=args.save_every,
-        compile=args.compile,
+        log_every=args.log_every, compile=args.compile,
         loader_workers=args.loader_workers,
         resume=args.resume, progress=not args.no_progress)
     for lr in lrs[1:]:
@@ -194,15 +207,33 @@ def finetune_cmd(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         raise BertkitError(f"--seeds must be >= 1, got {args.seeds}")
     cfg, lrs, epochs = finetune_config(args)
-    check_data(build_task(cfg), cfg)
     seeds = list(range(args.seed, args.seed + args.seeds))
-    if len(lrs) == 1 and len(epochs) == 1 and len(seeds) == 1:
-        metrics = run_one(cfg)
-    else:
-        metrics = run_grid(cfg, lrs, epochs, seeds)
-        metrics = {k: v for k, v in metrics.items() if k != "grid"}
-    print(json.dumps(metrics, indent=2, default=str))
+    grid = not (len(lrs) == 1 and len(epochs) == 1 and len(seeds) == 1)
+    if grid and _launched_processes(os.environ) > 1:
+        # every process refuses alike; rank 0 alone says so (one line, as cli.main's refusals)
+        if os.environ.get("RANK", "0") == "0":
+            raise BertkitError("a grid (several --lr, --epochs or --seeds) runs as one process; "
+                               "under torchrun fine-tune one setting per launch")
+        return 1
+    check_data(build_task(cfg), cfg)
+    distributed.setup(os.environ, device=args.device)
+    if not distributed.is_main():
+        # every rank reads the same data: rank 0's warnings are everyone's, said once
+        logging.getLogger().setLevel(logging.ERROR)
+    try:
+        metrics = run_one(cfg) if not grid else run_grid(cfg, lrs, epochs, seeds)
+        if distributed.is_main():  # the other ranks hold no dev metrics (run_one)
+            print(json.dumps({k: v for k, v in metrics.items() if k != "grid"}, indent=2,
+                             default=str))
+    finally:
+        distributed.teardown()
     return 0
+
+
+def _launched_processes(environ: Mapping[str, str]) -> int:
+    """How many processes a launcher (torchrun) started for this command: its WORLD_SIZE."""
+    world = environ.get("WORLD_SIZE", "1")
+    return int(world) if world.isdigit() else 1
 
 
 def _settings(args: argparse.Namespace, task) -> FeatureSettings:
@@ -222,8 +253,9 @@ def evaluate_cmd(args: argparse.Namespace) -> int:
     if out is not None:
         claim_output_dir(out, "evaluate.json", {"model": args.model, "file": str(path)},
                          resume=True, inputs=[args.model])
-    metrics = evaluate_model(args.model, task, path, _settings(args, task), args.eval_batch_size,
-                             args.max_eval_examples, out, args.split, not args.no_progress)
+    metrics = evaluate_model(args.model, task, path, _settings(args, task),
+                             batch_size=args.eval_batch_size, limit=args.max_eval_examples,
+                             out_dir=out, split=args.split, progress=not args.no_progress)
     print(json.dumps(metrics, indent=2))
     return 0
 

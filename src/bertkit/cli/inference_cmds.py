@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.inference import COMBINES, POOLINGS, PRECISIONS, Encoder
+from bertkit.inference import COMBINES, INFERENCE_PRECISIONS, POOLINGS, Encoder
 from bertkit.inference.export import export_onnx
 from bertkit.inference.files import check_output_file, read_texts, write_features, write_vectors
 
@@ -61,7 +61,7 @@ def register(subparsers) -> None:
 def _model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="model directory (HF layout, or a sentence-transformers dir)")
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu, cuda:1, ...")
-    parser.add_argument("--precision", choices=PRECISIONS, default="auto",
+    parser.add_argument("--precision", choices=INFERENCE_PRECISIONS, default="auto",
                         help="auto (default): bf16 where this machine computes it fast (GPU, AMX, "
                              "AMD AVX512-BF16), else fp32; int8: dynamic quantization (CPU)")
     parser.add_argument("--batch-size", type=int, default=32)

@@ -21,10 +21,12 @@ COMMAND_MODULES = [
     "bertkit.cli.pretrain_cmds",
     "bertkit.cli.prepare_cmds",
     "bertkit.cli.finetune_cmds",
+    "bertkit.cli.distill_cmds",
     "bertkit.cli.data_cmds",
     "bertkit.cli.vocab_cmds",
     "bertkit.cli.ablate_cmds",
     "bertkit.cli.demo_cmds",
+    "bertkit.cli.study_cmds",
     "bertkit.cli.serve_cmds",
 ]
 
@@ -68,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # The commands that run as several processes under torchrun (prepare with --part: one part
 # each); every other one refuses there (copies would do the same work into the same files).
-DISTRIBUTED_COMMANDS = ("pretrain", "prepare")
+DISTRIBUTED_COMMANDS = ("pretrain", "finetune", "prepare")
 
 
 def refuse_under_torchrun(command: str, environ: Mapping[str, str]) -> str | None:
@@ -78,8 +80,8 @@ def refuse_under_torchrun(command: str, environ: Mapping[str, str]) -> str | Non
         return None
     return (f"`bertkit {command}` runs as one process; launched by torchrun as {world} "
             f"processes it would do the same work {world} times into the same files. Run it "
-            "without torchrun (only `bertkit pretrain` and `bertkit prepare --part auto` are "
-            "distributed).")
+            "without torchrun (only `bertkit pretrain`, `bertkit finetune` and `bertkit prepare "
+            "--part auto` are distributed).")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        print("bertkit: interrupted", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # torchrun signals every process: one line
+            print("bertkit: interrupted", file=sys.stderr)
         return 130
     except (ValueError, OSError, KeyError) as err:
         if args.debug:

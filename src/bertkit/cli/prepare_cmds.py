@@ -6,8 +6,8 @@ import argparse
 import os
 
 from bertkit.data.chunks import ChunkConfig, default_max_predictions
-from bertkit.data.corpus import FORMATS, Fields
-from bertkit.data.instances import OBJECTIVES, InstanceConfig
+from bertkit.data.corpus import FORMATS, Fields, check_output_outside
+from bertkit.data.instances import SHARD_OBJECTIVES, InstanceConfig
 from bertkit.data.parts import merge_parts, parse_part, prepare_part
 from bertkit.data.prepare import PrepareConfig, prepare
 from bertkit.errors import BertkitError
@@ -23,8 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Streams the corpus; the output is byte-identical for any --workers.",
     )
     p.add_argument("files", nargs="+", metavar="FILE",
-                   help="corpus files (text, JSONL, WikiExtractor output, Parquet, Arrow; .gz or "
-                   ".zst), or folders written by `datasets`' save_to_disk")
+                   help="corpus files (text, JSONL, WikiExtractor output, Parquet, Arrow; .gz, "
+                   ".bz2 or .zst), or folders of them (read recursively, in sorted order; a "
+                   "`datasets` save_to_disk folder as its Arrow files)")
     p.add_argument("--tokenizer", required=True, metavar="DIR", help="directory with vocab.txt")
     p.add_argument("--output", required=True, metavar="DIR", help="output directory")
     p.add_argument("--format", choices=FORMATS, default="auto", help="corpus format (auto)")
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--id-field", metavar="NAME",
                    help="a field or column naming each document in messages (e.g. id, title)")
     p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--objective", choices=OBJECTIVES, default="mlm+nsp")
+    p.add_argument("--objective", choices=SHARD_OBJECTIVES, default="mlm+nsp")
     p.add_argument("--dupe-factor", type=int, default=None,
                    help="passes over the corpus with new pairs and masks (5; 1 if dynamic)")
     p.add_argument("--short-seq-prob", type=float, default=0.1)
@@ -100,10 +101,11 @@ def run_prepare(args: argparse.Namespace) -> int:
         raise BertkitError(f"`bertkit prepare` under torchrun ({world} processes) needs --part "
                            "auto (each process prepares one part); without it every process "
                            "would write the same folder")
+    check_output_outside(args.output, args.files)
     tokenizer = BertTokenizer.from_pretrained(args.tokenizer)
     if args.part is not None:
         part, parts = parse_part(args.part, os.environ)
-        prepare_part(args.files, tokenizer, args.output, config, part, parts,
+        prepare_part(args.files, tokenizer, args.output, config, part=part, parts=parts,
                      workers=args.workers, resume=args.resume, overwrite=args.overwrite,
                      progress=not args.no_progress)
         print(f"part {part}/{parts} written to {args.output}; when all {parts} are done: bertkit "

@@ -6,15 +6,19 @@ import argparse
 import json
 import logging
 import os
+import signal
+import sys
 from pathlib import Path
 
-from bertkit.cli.common import add_loader_workers
+from bertkit.cli.common import add_loader_workers, add_resume
+from bertkit.errors import BertkitError
 from bertkit.inference.pretraining import fill_mask, is_next_probability, load_pretraining_model
 from bertkit.studies.report import plot_run
 from bertkit.training import distributed
 from bertkit.training.loop import PRECISIONS
 from bertkit.training.optim import OPTIMIZERS, SCHEDULES
 from bertkit.training.pretrain import OBJECTIVES, PretrainConfig, pretrain_train_config, run_pretraining
+from bertkit.training.signals import terminate_as_interrupt
 
 PRETRAIN_DEFAULTS = PretrainConfig(data="")  # the defaults, defined once in the library
 TRAIN_DEFAULTS = PRETRAIN_DEFAULTS.train
@@ -86,7 +90,10 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep", type=int, default=TRAIN_DEFAULTS.keep, help="training states kept (0 = all)")
     p.add_argument("--device", default=TRAIN_DEFAULTS.device)
     add_loader_workers(p)
-    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    add_resume(p)
+    p.add_argument("--join-timeout", type=float, default=distributed.JOIN_TIMEOUT,
+                   metavar="SECONDS", help="under torchrun: how long the processes may take to "
+                   "join the process group before every one ends with an error")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.add_argument("--tensorboard", action="store_true",
                    help="also log to OUTPUT/tensorboard (needs: pip install tensorboard)")
@@ -100,34 +107,46 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    distributed.setup(os.environ, device=args.device)
+    distributed.setup(os.environ, device=args.device, join_timeout=args.join_timeout)
     if not distributed.is_main():
         logging.getLogger().setLevel(logging.WARNING)  # rank 0 alone reports progress
     try:
-        train_cfg = pretrain_train_config(
-            args.output, max_steps=args.max_steps, batch_size=args.batch_size,
-            micro_batch_size=args.micro_batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
-            warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
-            optimizer=args.optimizer, schedule=args.schedule, max_grad_norm=args.max_grad_norm,
-            precision=args.precision, seed=args.seed, log_every=args.log_every,
-            eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,
-            device=args.device, compile=args.compile, resume=args.resume,
-            loader_workers=args.loader_workers,
-            progress=args.progress, tensorboard=args.tensorboard)
-        cfg = PretrainConfig(
-            data=args.data[0] if len(args.data) == 1 else tuple(args.data), train=train_cfg,
-            model=args.model, config_file=args.config_file,
-            init=args.init, tokenizer=args.tokenizer, objective=args.objective,
-            eval_data=args.eval_data, eval_holdout=args.eval_holdout,
-            eval_batches=args.eval_batches, phase2_data=args.phase2_data,
-            phase2_steps=args.phase2_steps)
-        result = run_pretraining(cfg)
-        if distributed.is_main():
-            shown = {k: round(v, 4) for k, v in result.metrics.items() if isinstance(v, float)}
-            print(json.dumps({"step": result.step, **shown}))
-            print(f"model exported to {Path(args.output) / 'model'}")
+        with terminate_as_interrupt():
+            return _pretrain(args)
+    except (BertkitError, RuntimeError, KeyboardInterrupt) as err:
+        if distributed.is_distributed():  # stopping now: torchrun's SIGTERM must not cut it short
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        line = distributed.stop_together(err)  # one process, or Ctrl-C: raised again for main
+        if line is not None:
+            print(f"bertkit: error: {line}", file=sys.stderr)
+        return 1
     finally:
         distributed.teardown()
+
+
+def _pretrain(args: argparse.Namespace) -> int:
+    train_cfg = pretrain_train_config(
+        args.output, max_steps=args.max_steps, batch_size=args.batch_size,
+        micro_batch_size=args.micro_batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
+        warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
+        optimizer=args.optimizer, schedule=args.schedule, max_grad_norm=args.max_grad_norm,
+        precision=args.precision, seed=args.seed, log_every=args.log_every,
+        eval_every=args.eval_every, save_every=args.save_every, keep=args.keep,
+        device=args.device, compile=args.compile, resume=args.resume,
+        loader_workers=args.loader_workers,
+        progress=args.progress, tensorboard=args.tensorboard)
+    cfg = PretrainConfig(
+        data=args.data[0] if len(args.data) == 1 else tuple(args.data), train=train_cfg,
+        model=args.model, config_file=args.config_file,
+        init=args.init, tokenizer=args.tokenizer, objective=args.objective,
+        eval_data=args.eval_data, eval_holdout=args.eval_holdout,
+        eval_batches=args.eval_batches, phase2_data=args.phase2_data,
+        phase2_steps=args.phase2_steps)
+    result = run_pretraining(cfg)
+    if distributed.is_main():
+        shown = {k: round(v, 4) for k, v in result.metrics.items() if isinstance(v, float)}
+        print(json.dumps({"step": result.step, **shown}))
+        print(f"model exported to {Path(args.output) / 'model'}")
     return 0
 
 

@@ -7,6 +7,7 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
+from bertkit.data.corpus import Fields, check_output_outside
 from bertkit.errors import BertkitError
 from bertkit.io import claim_output_dir
 from bertkit.tokenization import BertTokenizer
@@ -19,13 +20,12 @@ from bertkit.tokenization.counting import (
 )
 from bertkit.tokenization.trainer import (
     CRITERIA,
-    DEPRECATED_CRITERIA,
     TrainerConfig,
     save_vocab,
     train_from_files,
 )
 
-MARKER = "vocab_train.json"  # written first: marks a folder as a `vocab train` output
+VOCAB_MARKER = "vocab_train.json"  # written first: marks a folder as a `vocab train` output
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,8 @@ def _register_train(commands: argparse._SubParsersAction) -> None:
         "frequency (BPE). Writes vocab.txt and tokenizer_config.json to --output.",
     )
     p.add_argument("files", nargs="+", metavar="FILE",
-                   help="plain text, one-sentence-per-line or JSONL ('text') files; globs allowed")
+                   help="corpus files (text, JSONL, WikiExtractor output, Parquet, Arrow; .gz, "
+                   ".bz2 or .zst) or folders of them; globs allowed")
     p.add_argument("--output", "-o", type=Path, required=True, metavar="DIR",
                    help="a new or empty folder (or an earlier `vocab train` output, with "
                    "--overwrite); never a model's folder")
@@ -54,13 +55,12 @@ def _register_train(commands: argparse._SubParsersAction) -> None:
                    help="replace the vocabulary of an earlier `vocab train` into --output")
     p.add_argument("--vocab-size", type=int, default=30522,
                    help="final size, special and reserved tokens included (default 30522)")
-    p.add_argument("--criterion", choices=(*CRITERIA, *DEPRECATED_CRITERIA),
+    p.add_argument("--criterion", choices=CRITERIA,
                    default=TrainerConfig.criterion,
                    help="likelihood: the exact increase of the unigram log-likelihood (the "
                    "best vocabularies measured, docs/benchmarks.md); pmi: the ratio "
                    "count(ab) / (count(a) count(b)), which at small sizes leaves common words "
-                   "split (called 'likelihood' before v2); frequency: count(ab), i.e. BPE; "
-                   "gain: deprecated name of likelihood")
+                   "split; frequency: count(ab), i.e. BPE")
     p.add_argument("--min-frequency", type=int, default=2,
                    help="never merge a pair seen fewer times than this (default 2)")
     p.add_argument("--limit-alphabet", type=int, default=1000,
@@ -76,8 +76,18 @@ def _register_train(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--held-out", type=Path, metavar="FILE",
                    help="after training, print tokens/word, [UNK] rate and unigram "
                    "log-likelihood per word of this file (see `vocab stats`)")
+    _add_field_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=run_train)
+
+
+def _add_field_options(p: argparse.ArgumentParser) -> None:
+    """`bertkit prepare`'s options for where a record's text is, with the same meaning."""
+    p.add_argument("--text-field", default="text", metavar="NAME",
+                   help="the field (JSONL) or column (Parquet, Arrow, datasets folders) that "
+                   "holds each document's text (default text)")
+    p.add_argument("--id-field", metavar="NAME",
+                   help="a field or column naming each document in messages (e.g. id, title)")
 
 
 def _register_stats(commands: argparse._SubParsersAction) -> None:
@@ -88,8 +98,8 @@ def _register_stats(commands: argparse._SubParsersAction) -> None:
     p.add_argument("vocab", type=Path, metavar="VOCAB",
                    help="a vocab.txt, or a directory holding one (and tokenizer_config.json)")
     p.add_argument("--input", "-i", nargs="+", required=True, metavar="FILE",
-                   help="text or JSONL files to measure on (with --held-out: the training "
-                   "text, where piece probabilities are estimated); globs allowed")
+                   help="corpus files or folders to measure on (with --held-out: the "
+                   "training text, where piece probabilities are estimated); globs allowed")
     p.add_argument("--held-out", type=Path, metavar="FILE",
                    help="measure on this file instead, with piece probabilities from --input")
     p.add_argument("--cased", action="store_true",
@@ -97,6 +107,7 @@ def _register_stats(commands: argparse._SubParsersAction) -> None:
                    "tokenizer_config.json decides otherwise)")
     p.add_argument("--top", type=int, default=20, help="how many most-split words to list")
     p.add_argument("--workers", type=int, default=1, help="processes counting words (per file)")
+    _add_field_options(p)
     p.set_defaults(func=run_stats)
 
 
@@ -114,18 +125,21 @@ def run_train(args: argparse.Namespace) -> int:
     if args.max_words is not None and args.max_words < 2:
         raise BertkitError(f"--max-words must be >= 2, got {args.max_words}")
     held_out = expand_inputs([args.held_out]) if args.held_out else None  # checked before work
+    fields = Fields(args.text_field, args.id_field)
     settings = {"files": [str(f) for f in args.files], **asdict(config),
-                "max_words": args.max_words}
-    claim_output_dir(args.output, MARKER, settings, overwrite=args.overwrite)
+                "max_words": args.max_words, **asdict(fields)}
+    check_output_outside(args.output, args.files)
+    claim_output_dir(args.output, VOCAB_MARKER, settings, overwrite=args.overwrite)
     result = train_from_files(args.files, config, workers=args.workers,
-                              progress=not args.no_progress, max_words=args.max_words)
+                              progress=not args.no_progress, max_words=args.max_words,
+                              fields=fields)
     path = save_vocab(result, args.output, config.do_lower_case)
     logger.info("wrote %s: %d tokens (%d learned pieces, alphabet of %d characters); "
                 "%d distinct word(s) left to [UNK]", path, len(result.vocab),
                 len(result.pieces), len(result.alphabet), result.skipped_words)
     if held_out:
         tokenizer = BertTokenizer.from_pretrained(args.output)
-        held = count_files(held_out, tokenizer.do_lower_case)
+        held = count_files(held_out, tokenizer.do_lower_case, fields=fields)
         _print_quality(vocab_quality(tokenizer, result.word_counts, held), held_out[0])
     return 0
 
@@ -148,12 +162,13 @@ def _load_tokenizer(vocab: Path, cased: bool) -> BertTokenizer:
 def run_stats(args: argparse.Namespace) -> int:
     tokenizer = _load_tokenizer(args.vocab, args.cased)
     held_out = expand_inputs([args.held_out]) if args.held_out else None
+    fields = Fields(args.text_field, args.id_field)
     counts = count_files(expand_inputs(args.input), tokenizer.do_lower_case,
-                         workers=args.workers)
+                         workers=args.workers, fields=fields)
     if not counts:
         raise BertkitError("no words in the input files")
     if held_out:
-        held = count_files(held_out, tokenizer.do_lower_case)
+        held = count_files(held_out, tokenizer.do_lower_case, fields=fields)
         if not held:
             raise BertkitError(f"{held_out[0]}: no words to measure on")
         print(f"vocabulary       {args.vocab} ({tokenizer.vocab_size} tokens)")

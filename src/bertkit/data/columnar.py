@@ -4,6 +4,8 @@ One document per row, its text in the column `Fields.text` (paragraphs separated
 lines, as in the ``text`` format). Files are read one record batch at a time (Arrow files
 memory-mapped), so memory is bounded by a batch, not the file. Needs `pyarrow` (the ``corpus``
 extra); `datasets` itself is not needed: its folders are Arrow streams listed in `state.json`.
+A damaged file is an error naming it (and, for Parquet, the row group and its rows), never a
+traceback from the decoder.
 """
 
 from __future__ import annotations
@@ -13,11 +15,20 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.corpus import DEFAULT_FIELDS, CorpusStats, Document, Fields, make_document, split_paragraphs
-from bertkit.data.corpus import document_source as source_of
+from bertkit.data.documents import (
+    DEFAULT_FIELDS,
+    CorpusStats,
+    Document,
+    Fields,
+    make_document,
+    split_paragraphs,
+)
+from bertkit.data.documents import document_source as source_of
 from bertkit.errors import BertkitError
 
 BATCH_ROWS = 1024  # rows per record batch read from Parquet
+DATASET_STATE = "state.json"  # in a folder of `Dataset.save_to_disk`: lists its Arrow files
+DATASET_DICT = "dataset_dict.json"  # `DatasetDict.save_to_disk`: {"splits": [...]}, a folder each
 
 
 def _pyarrow() -> Any:
@@ -31,21 +42,35 @@ def _pyarrow() -> Any:
     return pyarrow
 
 
-def expand_dataset_folders(paths: Iterable[Path]) -> Iterator[Path]:
-    """Each path, with a folder written by `datasets.save_to_disk` replaced by its Arrow files
-    in their order (from its `state.json`)."""
-    for path in paths:
-        state = path / "state.json"
-        if not (path.is_dir() and state.is_file()):
-            yield path
-            continue
+def dataset_folder_files(folder: Path) -> list[Path] | None:
+    """The Arrow files of a folder written by `datasets`' ``Dataset.save_to_disk``, in their
+    order (from its `state.json`); None when `folder` is not one. The folder of a
+    ``DatasetDict`` (one such folder per split) is refused with a hint naming its splits: which
+    split is the corpus is the user's choice, and reading them all would mix in the test split."""
+    if (folder / DATASET_DICT).is_file():
         try:
-            files = [f["filename"] for f in json.loads(state.read_text())["_data_files"]]
+            splits = [str(s) for s in json.loads((folder / DATASET_DICT).read_text())["splits"]]
         except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise BertkitError(f"{state}: not a `datasets` state file ({err})") from err
-        if not files:
-            raise BertkitError(f"{path}: a `datasets` folder with no data files")
-        yield from (path / name for name in files)
+            raise BertkitError(f"{folder / DATASET_DICT}: not a `datasets` DatasetDict file "
+                               f"({err})") from err
+        example = "train" if "train" in splits else (splits or ["SPLIT"])[0]
+        raise BertkitError(f"{folder}: a `datasets` DatasetDict folder (splits: "
+                           f"{', '.join(splits)}); pass the split to read, e.g. {folder / example}")
+    state = folder / DATASET_STATE
+    if not state.is_file():
+        return None
+    try:
+        files = [f["filename"] for f in json.loads(state.read_text())["_data_files"]]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise BertkitError(f"{state}: not a `datasets` state file ({err})") from err
+    if not files:
+        raise BertkitError(f"{folder}: a `datasets` folder with no data files")
+    return [folder / name for name in files]
+
+
+def _one_line(err: BaseException) -> str:
+    """Arrow's message on one line (its thrift errors span several, with control bytes)."""
+    return " ".join("".join(c if c.isprintable() else " " for c in str(err)).split())
 
 
 def _column_index(path: Path, schema: Any, name: str) -> int:
@@ -86,16 +111,34 @@ def _documents(path: Path, batches: Iterable[Any], schema: Any, stats: CorpusSta
 def read_parquet(path: Path, stats: CorpusStats, fields: Fields = DEFAULT_FIELDS) -> Iterator[Document]:
     pa = _pyarrow()
     try:
-        parquet = pa.parquet.ParquetFile(path)
+        # pages whose writer stored a CRC (parquet-mr does by default) are checked: snappy has
+        # no checksum of its own, so a flipped byte could otherwise be read as other text
+        parquet = pa.parquet.ParquetFile(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as err:
-        raise BertkitError(f"{path}: not a readable Parquet file ({err})") from err
+        raise BertkitError(f"{path}: not a readable Parquet file ({_one_line(err)})") from err
     schema = parquet.schema_arrow
     columns = [fields.text] + ([fields.doc_id] if fields.doc_id else [])
     _column_index(path, schema, fields.text)  # a clear error before reading
-    batches = parquet.iter_batches(batch_size=BATCH_ROWS,
-                                   columns=[c for c in columns if c in schema.names])
-    selected = pa.schema([schema.field(c) for c in columns if c in schema.names])
-    yield from _documents(path, batches, selected, stats, fields)
+    selected = [c for c in columns if c in schema.names]
+    batches = _parquet_batches(path, parquet, selected)
+    yield from _documents(path, batches, pa.schema([schema.field(c) for c in selected]), stats,
+                          fields)
+
+
+def _parquet_batches(path: Path, parquet: Any, columns: list[str]) -> Iterator[Any]:
+    """The record batches of `columns`, a row group at a time, so that a damaged page (the
+    footer intact, the data not) is reported with its row group and rows."""
+    pa = _pyarrow()
+    first = 1
+    for group in range(parquet.num_row_groups):
+        rows = parquet.metadata.row_group(group).num_rows
+        try:
+            yield from parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=[group],
+                                            columns=columns)
+        except (pa.ArrowException, OSError) as err:
+            raise BertkitError(f"{path}: damaged Parquet data in row group {group} (rows "
+                               f"{first}-{first + rows - 1}): {_one_line(err)}") from err
+        first += rows
 
 
 def read_arrow(path: Path, stats: CorpusStats, fields: Fields = DEFAULT_FIELDS) -> Iterator[Document]:
@@ -111,5 +154,5 @@ def read_arrow(path: Path, stats: CorpusStats, fields: Fields = DEFAULT_FIELDS) 
                 reader = pa.ipc.open_stream(source)
                 batches = iter(reader)
             yield from _documents(path, batches, reader.schema, stats, fields)
-    except (pa.ArrowInvalid, OSError) as err:
-        raise BertkitError(f"{path}: not a readable Arrow file ({err})") from err
+    except (pa.ArrowException, OSError) as err:
+        raise BertkitError(f"{path}: not a readable Arrow file ({_one_line(err)})") from err

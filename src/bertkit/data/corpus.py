@@ -11,28 +11,45 @@ Formats (`--format`):
   paragraphs as in ``text``). WikiExtractor's ``--json`` output is this format.
 - ``wikiextractor``: WikiExtractor's default output, ``<doc id=.. title=..>`` ... ``</doc>``
   blocks, the first line of each being the title (dropped).
-- ``parquet``, ``arrow``: one document per row of a column (`bertkit.data.columnar`); a folder
-  written by `datasets`' ``save_to_disk`` is read as its Arrow files.
+- ``parquet``, ``arrow``: one document per row of a column (`bertkit.data.columnar`).
 - ``auto``: sniffed per file from its name and first 64 KiB (`sniff_format`).
 
-Text files may be compressed (``.gz``, ``.zst``). Every reader streams (memory is bounded by one
-document, or one record batch), strips a BOM, accepts LF and CRLF, replaces invalid UTF-8
-(counting the replaced bytes in `CorpusStats`), refuses binary files, and skips (and counts)
-empty documents.
+A folder stands for files (`expand_folders`): a folder written by `datasets`'
+``Dataset.save_to_disk`` for its Arrow files; a ``DatasetDict`` folder is refused with the
+split to pass (``folder/train``); any other folder for every file in it and its subfolders, in
+sorted order, names starting with ``.`` or ``_`` skipped (WikiExtractor's ``out/AA/wiki_00``
+layout; hidden files and Spark's ``_SUCCESS`` markers).
+
+Text files may be compressed (``.gz``, ``.bz2``, ``.zst``); compressed data that is cut short or
+damaged is an error naming the file, never a shorter corpus. Every reader streams (memory is
+bounded by one document, or one record batch), strips a BOM, accepts LF and CRLF, replaces
+invalid UTF-8 (counting the replaced bytes in `CorpusStats`), refuses binary files, and skips
+(and counts) empty documents; a corpus without any document is an error naming its files.
 """
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
 import json
 import logging
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
+from bertkit.data import columnar
+from bertkit.data.documents import (
+    DEFAULT_FIELDS,
+    CorpusStats,
+    Document,
+    Fields,
+    document_source,
+    make_document,
+    split_paragraphs,
+)
 from bertkit.errors import BertkitError
 
 logger = logging.getLogger(__name__)
@@ -44,37 +61,6 @@ _ARTICLE_HEADING = re.compile(r"^ ?= [^=].* = ?$")  # " = Title = ", not " = = S
 _ANY_HEADING = re.compile(r"^ ?(= )+.*( =)+ ?$")
 _TERMINAL = tuple('.!?"\'”’)')
 _DOC_START = re.compile(r'^<doc (?:[^>]*\s)?id="([^"]*)"[^>]*>\s*$')  # WikiExtractor's <doc ...>
-
-
-@dataclass(frozen=True)
-class Document:
-    """One document: `paragraphs` are sentences already when `presplit` (Google's format)."""
-
-    paragraphs: tuple[str, ...]
-    presplit: bool
-    source: str  # "file:line" of its first line, for messages
-
-
-@dataclass(frozen=True)
-class Fields:
-    """Where a record's text is (JSONL, Parquet, Arrow), and optionally its id, which then
-    names the document in messages."""
-
-    text: str = "text"
-    doc_id: str | None = None
-
-
-DEFAULT_FIELDS = Fields()
-
-
-@dataclass
-class CorpusStats:
-    files: int = 0
-    documents: int = 0
-    empty_documents: int = 0
-    invalid_utf8_bytes: int = 0
-    invalid_utf8_lines: int = 0
-    formats: dict[str, int] = field(default_factory=dict)
 
 
 def _invalid_bytes(raw: bytes) -> int:
@@ -93,40 +79,115 @@ def _check_not_binary(path: Path, head: bytes) -> None:
                            "expected UTF-8 text")
 
 
+COMPRESSED = (".gz", ".bz2", ".zst")
+_READ_BYTES = 1 << 17  # compressed bytes read at a time
+
+
 def open_bytes(path: str | Path) -> BinaryIO:
-    """`path` opened for reading bytes; a ``.gz`` or ``.zst`` file is decompressed on the fly
-    (zstd needs the `zstandard` package: the ``corpus`` extra)."""
+    """`path` opened for reading bytes; a ``.gz``, ``.bz2`` or ``.zst`` file is decompressed on
+    the fly (zstd needs the `zstandard` package: the ``corpus`` extra). Compressed data that is
+    damaged or cut short raises `BertkitError` naming the file when the reading reaches it."""
     path = Path(path)
     if path.is_dir():
-        raise BertkitError(f"{path}: is a directory; pass the files in it (e.g. {path}/*.txt)")
+        raise BertkitError(f"{path}: is a directory, not a file")
     suffix = path.suffix.lower()
     try:
-        f = open(path, "rb")
         if suffix == ".gz":
-            gz = gzip.GzipFile(fileobj=f)
-            gz.peek(1)  # a file that is not gzip fails here, with a clear error below
-            return gz
+            return _checked(path, gzip.open(path, "rb"), (EOFError, OSError, zlib.error))
+        if suffix == ".bz2":
+            return _checked(path, bz2.open(path, "rb"), (EOFError, OSError))
         if suffix == ".zst":
-            return _open_zstd(path, f)
-        return f
-    except (OSError, EOFError) as err:
-        raise BertkitError(f"{path}: cannot read ({getattr(err, 'strerror', None) or err})") from err
+            zstandard = _zstandard(path)
+            return _checked(path, _ZstdFrames(open(path, "rb"), zstandard),
+                            (EOFError, OSError, zstandard.ZstdError))
+        return open(path, "rb")
+    except OSError as err:
+        raise BertkitError(f"{path}: cannot read ({err.strerror or err})") from err
 
 
-def _open_zstd(path: Path, raw: BinaryIO) -> BinaryIO:
+def _zstandard(path: Path) -> Any:
     try:
         import zstandard
     except ImportError:
-        raw.close()
         raise BertkitError(f"{path}: reading .zst needs the zstandard package "
                            "(pip install 'bertkit[corpus]')") from None
-    reader = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
-    try:
-        reader.peek(1)  # a file that is not zstd fails here
-    except zstandard.ZstdError as err:
-        reader.close()
-        raise BertkitError(f"{path}: cannot read (not zstd data: {err})") from err
-    return reader
+    return zstandard
+
+
+class _Decompressed(io.RawIOBase):
+    """A decompressing reader whose failures are one `BertkitError` naming the file: gzip and
+    bz2 raise EOFError from deep inside the codec when the data is cut short, and a damaged
+    stream raises the codec's own error, neither of which names the file."""
+
+    def __init__(self, path: Path, source: Any, errors: tuple[type[BaseException], ...]) -> None:
+        self._path, self._source, self._errors = path, source, errors
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            data = self._source.read(len(buffer))
+        except self._errors as err:
+            raise BertkitError(_damage_message(self._path, err)) from err
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._source.close()
+        super().close()
+
+
+def _checked(path: Path, source: Any, errors: tuple[type[BaseException], ...]) -> BinaryIO:
+    return io.BufferedReader(_Decompressed(path, source, errors), buffer_size=_READ_BYTES)
+
+
+def _damage_message(path: Path, err: BaseException) -> str:
+    kind = path.suffix.lower().lstrip(".")
+    if isinstance(err, EOFError):
+        return (f"{path}: cannot read: the {kind} data is cut short (it ends before its "
+                "end-of-stream marker); was its download or copy interrupted?")
+    return f"{path}: cannot read: damaged or not {kind} data ({err})"
+
+
+class _ZstdFrames:
+    """zstd data decompressed frame after frame (pzstd, and `cat a.zst b.zst`, write several),
+    which fails when the data ends inside a frame. `zstandard`'s `stream_reader` instead returns
+    what it decoded and stops: a cut file read as a shorter whole one (issue 51: 70% of a file
+    gave half its tokens, and exit 0)."""
+
+    def __init__(self, raw: BinaryIO, zstandard: Any) -> None:
+        self._raw = raw
+        self._new_frame = zstandard.ZstdDecompressor().decompressobj
+        self._frame: Any = None  # the decompressor of the frame under way; None between frames
+        self._out, self._pos = b"", 0  # decompressed bytes not yet returned, from _pos
+
+    def read(self, size: int) -> bytes:
+        while self._pos == len(self._out):
+            data = self._raw.read(_READ_BYTES)
+            if not data:
+                if self._frame is not None:
+                    raise EOFError("the data ends inside a zstd frame")
+                return b""
+            self._out, self._pos = self._decompress(data), 0
+        out = self._out[self._pos: self._pos + size]
+        self._pos += len(out)
+        return out
+
+    def _decompress(self, data: bytes) -> bytes:
+        pieces = []
+        while data:
+            if self._frame is None:
+                self._frame = self._new_frame()
+            pieces.append(self._frame.decompress(data))
+            if not self._frame.eof:  # all of `data` belongs to this frame
+                break
+            data, self._frame = self._frame.unused_data, None  # the next frame starts there
+        return b"".join(pieces)
+
+    def close(self) -> None:
+        self._raw.close()
 
 
 def read_lines(path: str | Path, stats: CorpusStats) -> Iterator[tuple[int, str]]:
@@ -150,7 +211,9 @@ def read_lines(path: str | Path, stats: CorpusStats) -> Iterator[tuple[int, str]
 def sniff_format(path: str | Path) -> str:
     """Guess a file's format from its name and first 64 KiB."""
     path = Path(path)
-    name = path.name.lower().removesuffix(".gz").removesuffix(".zst")
+    name = path.name.lower()
+    for suffix in COMPRESSED:
+        name = name.removesuffix(suffix)
     if name.endswith((".jsonl", ".ndjson")):
         return "jsonl"
     if name.endswith(".parquet"):
@@ -175,33 +238,6 @@ def sniff_format(path: str | Path) -> str:
     # Google's files end (almost) every line with a sentence end; hard-wrapped prose does not.
     ending = sum(ln.rstrip().endswith(_TERMINAL) for ln in content)
     return "google" if content and ending >= 0.6 * len(content) else "text"
-
-
-def split_paragraphs(lines: list[str]) -> list[str]:
-    """Blank-line separated blocks, each block's hard-wrapped lines joined by spaces."""
-    paragraphs, block = [], []
-    for line in lines:
-        if line.strip():
-            block.append(line.strip())
-        elif block:
-            paragraphs.append(" ".join(block))
-            block = []
-    if block:
-        paragraphs.append(" ".join(block))
-    return paragraphs
-
-
-def make_document(
-    paragraphs: list[str], presplit: bool, source: str, stats: CorpusStats
-) -> Document | None:
-    """A Document, or None (counted as empty) when it has no text."""
-    paragraphs = [p for p in paragraphs if p.strip()]
-    if not paragraphs:
-        stats.empty_documents += 1
-        logger.debug("%s: empty document skipped", source)
-        return None
-    stats.documents += 1
-    return Document(tuple(paragraphs), presplit, source)
 
 
 def read_google(path: Path, stats: CorpusStats, fields: Fields = DEFAULT_FIELDS) -> Iterator[Document]:
@@ -271,11 +307,6 @@ def read_jsonl(path: Path, stats: CorpusStats, fields: Fields = DEFAULT_FIELDS) 
             yield doc
 
 
-def document_source(path: Path, where: int | str, doc_id: object = None) -> str:
-    """How messages name a document: file:line (or file:row N), and its id when known."""
-    return f"{path}:{where}" + (f" (id {doc_id})" if doc_id is not None else "")
-
-
 def read_wikiextractor(path: Path, stats: CorpusStats, fields: Fields = DEFAULT_FIELDS
                        ) -> Iterator[Document]:
     """WikiExtractor's `<doc id=".." url=".." title="..">` blocks; the first line of a block is
@@ -308,28 +339,84 @@ def read_wikiextractor(path: Path, stats: CorpusStats, fields: Fields = DEFAULT_
 
 def readers() -> dict:
     """Format name -> reader(path, stats, fields) (the columnar ones load pyarrow when used)."""
-    from bertkit.data import columnar
-
     return {"google": read_google, "text": read_text, "wikitext": read_wikitext,
             "jsonl": read_jsonl, "wikiextractor": read_wikiextractor,
             "parquet": columnar.read_parquet, "arrow": columnar.read_arrow}
 
 
+def expand_folders(paths: Iterable[Path]) -> Iterator[Path]:
+    """Each path, with a folder replaced by the files it stands for: a `datasets`
+    ``save_to_disk`` folder by its Arrow files (a ``DatasetDict`` folder is refused with the
+    split to pass), any other folder by every file in it and its subfolders, depth first in
+    sorted order, skipping names that start with ``.`` or ``_`` (hidden files, and the
+    ``_SUCCESS`` / ``_metadata`` files Spark and Hadoop leave, as `pyarrow.dataset` does)."""
+    for path in paths:
+        if not path.is_dir():
+            yield path
+            continue
+        files = list(_folder_files(path))
+        if not files:
+            raise BertkitError(f"{path}: an empty folder (no files in it or its subfolders, "
+                               "names starting with . or _ skipped)")
+        yield from files
+
+
+def check_output_outside(output: str | Path, inputs: Iterable[str | Path]) -> None:
+    """A folder given as input stands for every file under it, so an output folder inside it
+    would be read back as input by the next run (its own shards or vocabulary as corpus)."""
+    out = Path(output).resolve()
+    for given in inputs:
+        folder = Path(given)
+        if folder.is_dir() and folder.resolve() in out.parents:
+            raise BertkitError(f"--output {output} is inside the input folder {given}, whose "
+                               "every file is read as corpus; write to a folder outside it")
+
+
+def _folder_files(folder: Path) -> Iterator[Path]:
+    dataset = columnar.dataset_folder_files(folder)
+    if dataset is not None:
+        yield from dataset
+        return
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith((".", "_")):
+            continue
+        if entry.is_dir():
+            yield from _folder_files(entry)
+        else:
+            yield entry
+
+
 def read_corpus(paths: list[str | Path], fmt: str, stats: CorpusStats,
                 fields: Fields = DEFAULT_FIELDS) -> Iterator[Document]:
     """All documents of all files, in order; `fmt` is one of FORMATS ("auto" sniffs each file).
-    A `datasets.save_to_disk` folder stands for its Arrow files."""
+    A folder stands for its files (`expand_folders`). A corpus without a single document is an
+    error naming its files; files without documents beside others are named in a warning."""
     if fmt not in FORMATS:
         raise BertkitError(f"unknown corpus format {fmt!r}; expected one of {', '.join(FORMATS)}")
-    from bertkit.data.columnar import expand_dataset_folders
-
     read = readers()
-    for path in expand_dataset_folders(map(Path, paths)):
+    documents_before = stats.documents
+    files, empty = 0, []
+    for path in expand_folders(map(Path, paths)):
         file_format = sniff_format(path) if fmt == "auto" else fmt
+        files += 1
         stats.files += 1
         stats.formats[file_format] = stats.formats.get(file_format, 0) + 1
-        before = stats.invalid_utf8_bytes
+        before, documents = stats.invalid_utf8_bytes, stats.documents
         yield from read[file_format](path, stats, fields)
         if stats.invalid_utf8_bytes > before:
             logger.warning("%s: %d invalid UTF-8 bytes replaced by U+FFFD", path,
                            stats.invalid_utf8_bytes - before)
+        if stats.documents == documents:
+            empty.append(path)
+    if empty and stats.documents == documents_before:
+        what = "the file is empty or holds" if files == 1 else "the files are empty or hold"
+        raise BertkitError(f"{_named(empty)}: no documents ({what} only empty texts)")
+    if empty:
+        logger.warning("%d of %d files gave no documents (empty?): %s", len(empty), files,
+                       _named(empty))
+
+
+def _named(paths: list[Path]) -> str:
+    """The first three of `paths`, and how many more."""
+    more = len(paths) - 3
+    return ", ".join(map(str, paths[:3])) + (f" and {more} more" if more > 0 else "")

@@ -29,7 +29,9 @@ import numpy as np
 
 from bertkit.errors import BertkitError
 
-OBJECTIVES = ("mlm+nsp", "mlm", "sop")
+# The instance formats shards are prepared for (`bertkit prepare --objective`). Not the training
+# objectives (`training.pretrain.OBJECTIVES`, which adds "ltr" and says which shards each reads).
+SHARD_OBJECTIVES = ("mlm+nsp", "mlm", "sop")
 IS_NEXT, NOT_NEXT, NO_LABEL = 0, 1, -1
 
 Sentence = np.ndarray  # (n,) int32 token ids
@@ -46,9 +48,9 @@ class InstanceConfig:
     objective: str = "mlm+nsp"
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
+        if self.objective not in SHARD_OBJECTIVES:
             raise BertkitError(f"unknown objective {self.objective!r}; expected one of "
-                               f"{', '.join(OBJECTIVES)}")
+                               f"{', '.join(SHARD_OBJECTIVES)}")
         if not 5 <= self.max_seq_length <= MAX_POSITIONS:
             raise BertkitError(f"max_seq_length must be between 5 and {MAX_POSITIONS} (BERT's "
                                f"position table), got {self.max_seq_length}")

@@ -26,9 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bertkit.errors import BertkitError
-
-DEFAULT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-UNK_TOKEN = "[UNK]"
+from bertkit.tokenization.vocab_io import MASK, SPECIAL_TOKENS, UNK
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,8 +54,8 @@ class VocabInfo:
     def from_vocab(
         cls,
         vocab: Mapping[str, int],
-        mask_token: str = "[MASK]",
-        special_tokens: Iterable[str] = DEFAULT_SPECIAL_TOKENS,
+        mask_token: str = MASK,
+        special_tokens: Iterable[str] = SPECIAL_TOKENS,
         mask_unk: bool = True,
     ) -> VocabInfo:
         """Build from a token -> id mapping (e.g. a tokenizer's `vocab`). With `mask_unk` (Google's
@@ -73,15 +71,15 @@ class VocabInfo:
             if token in vocab:
                 is_special[vocab[token]] = True
         is_special[vocab[mask_token]] = True
-        if mask_unk and UNK_TOKEN in vocab:
-            is_special[vocab[UNK_TOKEN]] = False
+        if mask_unk and UNK in vocab:
+            is_special[vocab[UNK]] = False
         return cls(int(vocab[mask_token]), is_special, is_continuation)
 
     @classmethod
     def from_tokenizer(cls, tokenizer, mask_unk: bool = True) -> VocabInfo:
         """Build from a `bertkit.tokenization.BertTokenizer` (its vocab and special token ids)."""
         info = cls.from_vocab(tokenizer.vocab, mask_unk=mask_unk)
-        unk = tokenizer.vocab.get(UNK_TOKEN) if mask_unk else None
+        unk = tokenizer.vocab.get(UNK) if mask_unk else None
         for idx in getattr(tokenizer, "special_token_ids", ()):
             info.is_special[int(idx)] = int(idx) != unk
         return info

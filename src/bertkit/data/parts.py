@@ -80,7 +80,7 @@ def parse_part(text: str, environ: Mapping[str, str]) -> tuple[int, int]:
 
 
 def prepare_part(paths: Sequence[str | os.PathLike], tokenizer, part_dir: str | os.PathLike,
-                 config: PrepareConfig, part: int, parts: int, workers: int = 1,
+                 config: PrepareConfig, *, part: int, parts: int, workers: int = 1,
                  resume: bool = False, overwrite: bool = False,
                  progress: bool = True) -> dict[str, Any]:
     """Prepare part `part` of `parts` of the corpus into `part_dir` (see the module docstring);

@@ -3,11 +3,11 @@ Both run `model.py`'s forward pass; nothing here re-implements a layer."""
 
 from bertkit.inference.encoder import (
     COMBINES,
+    INFERENCE_PRECISIONS,
     POOLINGS,
-    PRECISIONS,
     Encoder,
     InferenceStats,
     TokenFeatures,
 )
 
-__all__ = ["COMBINES", "POOLINGS", "PRECISIONS", "Encoder", "InferenceStats", "TokenFeatures"]
+__all__ = ["COMBINES", "INFERENCE_PRECISIONS", "POOLINGS", "Encoder", "InferenceStats", "TokenFeatures"]

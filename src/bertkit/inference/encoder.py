@@ -41,7 +41,7 @@ from bertkit.io import progress_bar
 from bertkit.model import BertModel
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.windows import context_score, window_starts
-from bertkit.training.hardware import resolve_device, resolve_precision
+from bertkit.training.hardware import PRECISIONS, resolve_device, resolve_precision
 from bertkit.varlen import VarlenLayout
 
 log = logging.getLogger("bertkit")
@@ -50,7 +50,8 @@ Pooling = Literal["cls", "mean", "max"]
 Combine = Literal["concat", "sum", "none"]
 POOLINGS = ("cls", "mean", "max")
 COMBINES = ("concat", "sum", "none")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")  # auto: hardware.choose_precision
+# the training precisions, and int8 (dynamic quantization of the Linear layers) for inference
+INFERENCE_PRECISIONS = (*PRECISIONS, "int8")
 
 
 @dataclass
@@ -107,8 +108,9 @@ class Encoder:
                  *, device: str | torch.device = "cpu", precision: str = "fp32",
                  max_length: int | None = None, pooling: Pooling | None = None,
                  packed: bool = True):
-        if precision not in PRECISIONS:
-            raise BertkitError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if precision not in INFERENCE_PRECISIONS:
+            raise BertkitError(f"precision must be one of {', '.join(INFERENCE_PRECISIONS)}, "
+                               f"got {precision!r}")
         st_length, st_pooling = None, None
         if not isinstance(model, nn.Module):
             model_dir = check_model_dir(model)

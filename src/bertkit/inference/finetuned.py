@@ -40,7 +40,7 @@ def load_for(task: Task, model_dir: str | Path):
     return model, tokenizer
 
 
-def evaluate_model(model_dir: str | Path, task: Task, path: Path, settings: FeatureSettings,
+def evaluate_model(model_dir: str | Path, task: Task, path: Path, settings: FeatureSettings, *,
                    batch_size: int = 64, limit: int | None = None, out_dir: Path | None = None,
                    split: str = "dev", progress: bool = False) -> dict[str, Any]:
     """Metrics of a fine-tuned model on one labeled file (predictions written to `out_dir`)."""

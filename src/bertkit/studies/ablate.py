@@ -25,7 +25,7 @@ from bertkit.studies.report import (
     markdown_table,
     plot_bars,
     plot_curves,
-    read_jsonl,
+    read_records,
     write_markdown,
 )
 from bertkit.studies.results import Progress, ResultsStore, calibrate, last_eval, run_cells
@@ -250,7 +250,7 @@ def write_ablation_report(cfg: AblationConfig, store: ResultsStore, notes: dict[
               for t in cfg.tasks}
     bars = plot_bars(groups, out / "ablation.png", "dev score (0-100)", scale=1.0,
                      title=f"{cfg.study} ablation, mean ± std over {cfg.seeds} seed(s)")
-    runs = {cfg.all_variants[v]: read_jsonl(out / "pretrain" / v / "metrics.jsonl")
+    runs = {cfg.all_variants[v]: read_records(out / "pretrain" / v / "metrics.jsonl")
             for v in cfg.pretrained_variants if (out / "pretrain" / v / "metrics.jsonl").is_file()}
     curves = plot_curves(runs, [("loss",), ("eval_mlm_acc",)], out / "pretraining.png") if runs else None
     budget = cfg.budget_minutes / max(1, len(cfg.pretrained_variants))

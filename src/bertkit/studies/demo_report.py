@@ -17,7 +17,7 @@ from bertkit.studies.demo_config import (
     DemoConfig,
 )
 from bertkit.studies.probe import LayerDrift
-from bertkit.studies.report import markdown_table, plot_bars, plot_curves, read_jsonl, write_markdown
+from bertkit.studies.report import markdown_table, plot_bars, plot_curves, read_records, write_markdown
 from bertkit.studies.results import ResultsStore
 
 
@@ -95,7 +95,7 @@ def write_demo_report(args: DemoConfig, out: Path, store: ResultsStore, learned:
                       timings: dict[str, float]) -> Path:
     """REPORT.md + pretraining.png + sst2.png in `out`."""
     info = store.pretrain_info("pretrained") or {}
-    records = read_jsonl(out / "work" / "pretrain" / "metrics.jsonl")
+    records = read_records(out / "work" / "pretrain" / "metrics.jsonl")
     curves = plot_curves({"": records}, [("loss", "eval_loss"), ("eval_mlm_acc", "eval_nsp_acc")],
                          out / "pretraining.png", title="pre-training: training loss and held-out "
                          "(eval_*) loss / accuracy")

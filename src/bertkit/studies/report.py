@@ -41,7 +41,7 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The records of a metrics.jsonl (an unreadable line is an error naming file and line)."""
     path = Path(path)
     records = []
@@ -55,7 +55,7 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     return records
 
 
-def _pyplot():
+def pyplot():
     """matplotlib.pyplot on the file-only Agg backend, or None (with a notice, once)."""
     try:
         import matplotlib
@@ -70,7 +70,7 @@ def _pyplot():
     return plt
 
 
-def _save(fig, plt, png: Path) -> Path:
+def save_figure(fig, plt, png: Path) -> Path:
     with atomic_path(png) as tmp:
         fig.savefig(tmp, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
@@ -81,7 +81,7 @@ def plot_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], panels: Sequenc
                 png: str | os.PathLike, title: str = "") -> Path | None:
     """One panel per key group (e.g. ("loss",), ("mlm_acc", "eval_mlm_acc")), a line per run and
     key, x = step. Returns the PNG path, or None when matplotlib is missing."""
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return None
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
@@ -100,14 +100,14 @@ def plot_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]], panels: Sequenc
             ax.legend(fontsize=8)
     if title:
         fig.suptitle(title)
-    return _save(fig, plt, Path(png))
+    return save_figure(fig, plt, Path(png))
 
 
 def plot_bars(groups: Mapping[str, Mapping[str, Sequence[float]]], png: str | os.PathLike,
               ylabel: str, title: str = "", scale: float = 100.0) -> Path | None:
     """Grouped bars: groups[group][series] = the values over seeds, drawn as mean ± std.
     Returns the PNG path, or None when matplotlib is missing."""
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return None
     series = list(dict.fromkeys(s for g in groups.values() for s in g))
@@ -128,7 +128,7 @@ def plot_bars(groups: Mapping[str, Mapping[str, Sequence[float]]], png: str | os
     ax.legend(fontsize=8)
     if title:
         ax.set_title(title)
-    return _save(fig, plt, Path(png))
+    return save_figure(fig, plt, Path(png))
 
 
 def write_markdown(path: str | os.PathLike, text: str) -> Path:
@@ -143,18 +143,18 @@ def read_run_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     first = run_dir / "metrics.jsonl"
     if not first.is_file():
         raise BertkitError(f"{first}: not found (is {run_dir} a training run folder?)")
-    records = read_jsonl(first)
+    records = read_records(first)
     second = run_dir / "phase2" / "metrics.jsonl"
     if second.is_file():
         offset = records[-1]["step"] if records else 0
-        records += [{**r, "step": r["step"] + offset} for r in read_jsonl(second)]
+        records += [{**r, "step": r["step"] + offset} for r in read_records(second)]
     return records
 
 
 def plot_run(run_dir: str | os.PathLike, png: str | os.PathLike) -> Path:
     """Loss and accuracy curves of a pre-training or fine-tuning run (`bertkit plot`)."""
     records = read_run_metrics(run_dir)
-    if _pyplot() is None:
+    if pyplot() is None:
         raise BertkitError("plotting needs matplotlib: pip install 'bertkit[plot]'")
     panels = [("loss", "mlm_loss", "nsp_loss", "eval_loss", "eval_mlm_loss"),
               ("mlm_acc", "nsp_acc", "eval_mlm_acc", "eval_nsp_acc")]

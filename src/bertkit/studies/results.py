@@ -13,7 +13,7 @@ from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text
-from bertkit.studies.report import read_jsonl
+from bertkit.studies.report import read_records
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def run_cells(store: ResultsStore, cells: Sequence[tuple[str, str, int]],
 def last_eval(run_dir: Path) -> dict[str, float]:
     """The final held-out metrics of a pre-training run (from its metrics.jsonl)."""
     path = run_dir / "metrics.jsonl"
-    records = read_jsonl(path) if path.is_file() else []
+    records = read_records(path) if path.is_file() else []
     evals = [r for r in records if any(k.startswith("eval_") for k in r)]
     return {k: v for k, v in (evals[-1] if evals else {}).items() if k.startswith("eval_")}
 

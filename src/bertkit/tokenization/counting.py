@@ -3,7 +3,7 @@
 The trainer needs only how often each distinct word occurs, so memory is bounded by the number
 of distinct words, never by the corpus size (and with ``max_words`` by a fixed cap: rare words
 are pruned, as word2vec and fastText do). Files are read in blocks of a few MB (``.gz`` files
-are decompressed on the fly).
+and ``.bz2``/``.zst`` files are decompressed on the fly).
 
 Fast and exact: a block is split on whitespace by Python (C speed) and the whitespace-free
 *chunks* are counted; only each distinct chunk then goes through BERT's basic tokenizer (the
@@ -16,11 +16,12 @@ are added in file order, so the result is the same for any number of workers.
 
 Input formats: plain text and one-sentence-per-line text (every non-blank line is a text; blank
 lines are document breaks, which do not matter for counting), and the record formats: JSONL
-(one JSON object per line with a string ``"text"`` field), WikiExtractor's output, Parquet and
-Arrow files and `datasets` folders (a ``text`` column), told apart by
-`bertkit.data.corpus.sniff_format`. Reading
-is `bertkit.data.corpus`'s: invalid UTF-8 is replaced by U+FFFD (which the basic tokenizer
-drops) and reported once per file; a file that looks binary is refused.
+(one JSON object per line with a string text field), WikiExtractor's output, Parquet and
+Arrow files and `datasets` folders (a text column; the field is ``Fields.text``, ``"text"`` by
+default), told apart by `bertkit.data.corpus.sniff_format`; folders stand for their files as in
+`bertkit.data.corpus.expand_folders`. Reading is `bertkit.data.corpus`'s: invalid UTF-8 is
+replaced by U+FFFD (which the basic tokenizer drops) and reported once per file; a file that
+looks binary, or compressed data cut short, is refused.
 """
 
 from __future__ import annotations
@@ -38,13 +39,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bertkit.data.columnar import expand_dataset_folders
 from bertkit.data.corpus import (
     BOM,
+    DEFAULT_FIELDS,
     SNIFF_BYTES,
     CorpusStats,
+    Fields,
     _check_not_binary,
     _invalid_bytes,
+    expand_folders,
     open_bytes,
     read_lines,
     readers,
@@ -137,7 +140,8 @@ class FileCount:
 
 
 def expand_inputs(patterns: Sequence[str | os.PathLike]) -> list[Path]:
-    """Paths named by `patterns` (globs allowed), sorted within each pattern, duplicates dropped.
+    """Paths named by `patterns` (globs allowed), sorted within each pattern, duplicates dropped;
+    a folder stands for its files (`bertkit.data.corpus.expand_folders`).
 
     A pattern that names nothing is an error: a typo should not silently train on less data.
     """
@@ -148,10 +152,7 @@ def expand_inputs(patterns: Sequence[str | os.PathLike]) -> list[Path]:
         matches = sorted(glob.glob(text, recursive=True)) if glob.has_magic(text) else [text]
         if not matches:
             raise BertkitError(f"{text}: no file matches this pattern")
-        for match in expand_dataset_folders([Path(m) for m in matches]):
-            path = Path(match)
-            if path.is_dir():
-                raise BertkitError(f"{path}: is a directory; expected a text or JSONL file")
+        for path in expand_folders([Path(m) for m in matches]):
             if not path.is_file():
                 raise BertkitError(f"{path}: cannot read: no such file")
             if path not in seen:
@@ -165,16 +166,17 @@ def expand_inputs(patterns: Sequence[str | os.PathLike]) -> list[Path]:
 RECORD_FORMATS = ("jsonl", "wikiextractor", "parquet", "arrow")
 
 
-def iter_file_texts(path: Path, stats: CorpusStats) -> Iterator[str]:
-    """The texts of one file: its non-blank lines, or each record's paragraphs (JSONL's "text",
-    WikiExtractor's documents, Parquet/Arrow "text" columns).
+def iter_file_texts(path: Path, stats: CorpusStats, fields: Fields = DEFAULT_FIELDS
+                    ) -> Iterator[str]:
+    """The texts of one file: its non-blank lines, or each record's paragraphs (JSONL's text
+    field, WikiExtractor's documents, Parquet/Arrow text columns: `fields`).
 
     Reading, binary-file refusal and invalid-UTF-8 handling are `bertkit.data.corpus`'s, so a
     file is accepted here exactly when `bertkit prepare` accepts it.
     """
     fmt = sniff_format(path)
     if fmt in RECORD_FORMATS:  # the documents' paragraphs, as `bertkit prepare` reads them
-        for document in readers()[fmt](path, stats):
+        for document in readers()[fmt](path, stats, fields):
             yield from document.paragraphs
         return
     for _, line in read_lines(path, stats):
@@ -239,14 +241,15 @@ def _decode_lines(data: bytes, stats: CorpusStats) -> Iterator[str]:
 
 
 def count_file(
-    path: str | os.PathLike, do_lower_case: bool = True, max_words: int | None = None
+    path: str | os.PathLike, do_lower_case: bool = True, max_words: int | None = None,
+    fields: Fields = DEFAULT_FIELDS,
 ) -> FileCount:
     """Word counts of one file (plain text, or the records of JSONL, WikiExtractor, Parquet or
-    Arrow; maybe compressed), streaming."""
+    Arrow, their text in `fields`; maybe compressed), streaming."""
     path, stats = Path(path), CorpusStats(files=1)
     counter = WordCounter(do_lower_case, max_words)
     if sniff_format(path) in RECORD_FORMATS:
-        blocks: Iterable[str] = _batches(iter_file_texts(path, stats))
+        blocks: Iterable[str] = _batches(iter_file_texts(path, stats, fields))
     else:
         blocks = _text_blocks(path, stats)
     for block in blocks:
@@ -269,8 +272,10 @@ def count_files(
     workers: int = 1,
     progress: bool = False,
     max_words: int | None = None,
+    fields: Fields = DEFAULT_FIELDS,
 ) -> Counter[str]:
-    """Summed word counts of `paths`, one file per task on `workers` processes.
+    """Summed word counts of `paths` (record formats: their text in `fields`), one file per task
+    on `workers` processes.
 
     The result is the same for any number of workers: each file is counted alone, and the
     files' counts are added (and pruned, with `max_words`) in the order of `paths`.
@@ -280,7 +285,8 @@ def count_files(
     total = WordCounter(do_lower_case, max_words)
     bar = progress_bar(total=len(paths), unit="file", desc="counting words", disable=not progress)
     if workers <= 1 or len(paths) <= 1:
-        results: Iterable[FileCount] = (count_file(p, do_lower_case, max_words) for p in paths)
+        results: Iterable[FileCount] = (count_file(p, do_lower_case, max_words, fields)
+                                        for p in paths)
         for result in results:
             _absorb(total, result, bar)
     else:
@@ -288,7 +294,8 @@ def count_files(
         # which do not survive a fork.
         context = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-            futures = [pool.submit(count_file, p, do_lower_case, max_words) for p in paths]
+            futures = [pool.submit(count_file, p, do_lower_case, max_words, fields)
+                       for p in paths]
             for future in futures:  # in file order, whatever order they finish in
                 _absorb(total, future.result(), bar)
     bar.close()

@@ -6,13 +6,13 @@ of the training words, ``sum_u c_u log(c_u / N)`` over the current segmentation 
 word weighted by its frequency). ``criterion="likelihood"`` (the default) scores a pair by that
 exact increase (:func:`likelihood_gain`). Two other criteria run through the same code:
 
-* ``"pmi"``: ``count(a b) / (count(a) * count(b))``, the textbook short-hand for WordPiece
-  (it was called "likelihood" here before). It is a pointwise mutual information: it favours
-  pairs that are rare but always together, so common words stay split (docs/benchmarks.md).
+* ``"pmi"``: ``count(a b) / (count(a) * count(b))``, the textbook short-hand for WordPiece.
+  It is a pointwise mutual information: it favours pairs that are rare but always together, so
+  common words stay split.
 * ``"frequency"``: ``count(a b)`` alone, which is BPE (what ``tokenizers``' WordPieceTrainer
   does).
 
-The old name ``"gain"`` still works, with a deprecation warning, and means ``"likelihood"``.
+The criteria's history and measurements are in docs/benchmarks.md ("WordPiece vocabulary trainer").
 
 Words that WordPiece would turn into ``[UNK]`` whole (longer than 100 characters, or holding a
 character outside the alphabet) are left out of learning: no piece learned from them could
@@ -29,18 +29,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bertkit.data.documents import DEFAULT_FIELDS, Fields
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text
 from bertkit.tokenization.counting import count_files, count_words, expand_inputs
 from bertkit.tokenization.merges import PREFIX
+from bertkit.tokenization.vocab_io import SPECIAL_TOKENS
 
 logger = logging.getLogger(__name__)
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 CRITERIA = ("likelihood", "pmi", "frequency")
-# Old names: "gain" was the likelihood gain's name until it became the default. (The old
-# "likelihood" meant today's "pmi"; it now means the gain, as documented in docs/benchmarks.md.)
-DEPRECATED_CRITERIA = {"gain": "likelihood"}
 # BertTokenizer (like Google's) maps a word longer than this many characters to [UNK] whole.
 MAX_WORD_CHARS = 100
 
@@ -55,9 +53,7 @@ class TrainerConfig:
     (the default) a learned piece whose every occurrence was merged into longer pieces
     ("perhap" once "perhaps" exists) is left out and the merges go on until `vocab_size`
     entries of positive count exist: such a piece has probability 0 under the unigram model
-    and is rarely used by the tokenizer (at 8k on 50 books: 320 pieces, 4% of the
-    vocabulary; dropping them improves held-out tokens/word and log-likelihood,
-    docs/benchmarks.md).
+    and is rarely used by the tokenizer (what dropping them does: docs/benchmarks.md).
     """
 
     vocab_size: int = 30522
@@ -70,10 +66,6 @@ class TrainerConfig:
     special_tokens: tuple[str, ...] = SPECIAL_TOKENS
 
     def __post_init__(self) -> None:
-        if self.criterion in DEPRECATED_CRITERIA:
-            new = DEPRECATED_CRITERIA[self.criterion]
-            logger.warning("criterion %r is deprecated: it is now called %r", self.criterion, new)
-            object.__setattr__(self, "criterion", new)
         if self.criterion not in CRITERIA:
             raise BertkitError(f"criterion must be one of {CRITERIA}, got {self.criterion!r}")
         if self.vocab_size < 1 or self.limit_alphabet < 1:
@@ -164,8 +156,8 @@ def train_from_counts(
 
 def _merge(words: dict[str, int], units: list[str], config: TrainerConfig, budget: int,
            progress: bool) -> tuple[list[tuple[str, str]], list[str]]:
-    """The merges: by the loop compiled with numba (the same merges as `merges.Merger`, about
-    5x faster at 30k pieces), or by `merges.Merger` itself where numba is not installed or does
+    """The merges: by the loop compiled with numba (the same merges as `merges.Merger`, faster:
+    docs/benchmarks.md), or by `merges.Merger` itself where numba is not installed or does
     not load (one log line). numba is imported here only, so nothing else depends on it."""
     try:
         from bertkit.tokenization.merge_kernel import run_merges
@@ -198,12 +190,14 @@ def train_from_files(
     workers: int = 1,
     progress: bool = False,
     max_words: int | None = None,
+    fields: Fields = DEFAULT_FIELDS,
 ) -> TrainResult:
-    """Learn a vocabulary from text/JSONL files (globs allowed, ``.gz`` too), counting on
-    `workers` processes, with at most `max_words` distinct words held (None: no cap)."""
+    """Learn a vocabulary from corpus files (globs and folders allowed, compressed too; the
+    record formats' text in `fields`), counting on `workers` processes, with at most
+    `max_words` distinct words held (None: no cap)."""
     paths = expand_inputs(patterns)
     counts = count_files(paths, config.do_lower_case, workers=workers, progress=progress,
-                         max_words=max_words)
+                         max_words=max_words, fields=fields)
     if not counts:
         named = ", ".join(map(str, paths[:3])) + (f" and {len(paths) - 3} more" * (len(paths) > 3))
         raise BertkitError(f"the corpus is empty: no words in {named}")

@@ -39,7 +39,7 @@ def load_vocab(path: str | os.PathLike) -> dict[str, int]:
     return vocab
 
 
-def check_vocab(vocab: Mapping[str, int]) -> dict[str, int]:
+def check_vocab_entries(vocab: Mapping[str, int]) -> dict[str, int]:
     """Ids must be 0..N-1 so vocab.txt (whose line number is the id) can hold them."""
     if sorted(vocab.values()) != list(range(len(vocab))):
         raise BertkitError("vocabulary ids must be 0..N-1, each used once")

@@ -47,7 +47,7 @@ from bertkit.tokenization.vocab_io import (
     SEP,
     SPECIAL_TOKENS,
     UNK,
-    check_vocab,
+    check_vocab_entries,
     known_max_length,
     load_vocab,
     read_tokenizer_config,
@@ -98,7 +98,7 @@ class BertTokenizer:
             raise BertkitError(f"max_input_chars_per_word must be >= 1, got {max_input_chars_per_word}")
         if model_max_length is not None and model_max_length < 2:
             raise BertkitError(f"model_max_length must be >= 2, got {model_max_length}")
-        self._vocab = check_vocab(vocab)
+        self._vocab = check_vocab_entries(vocab)
         self._id_to_token = {index: token for token, index in self._vocab.items()}
         self._do_lower_case = bool(do_lower_case)
         self._split_special_tokens = bool(split_special_tokens)

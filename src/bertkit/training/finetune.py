@@ -9,6 +9,13 @@ the predictions. `bertkit.training.grid` runs a grid of them and picks on the de
 Random streams (each derived from the run's seed by `training.stream.stream_seed`, none
 sharing numbers with another): the new head's initial weights ("head"), the data order (the
 loop's "order/<epoch>") and dropout (the loop's "dropout/<rank>", saved in every training state).
+
+Under torchrun (`distributed.setup` called by the CLI) every process reads and featurizes the
+same data and trains its slice of each global batch (the loop's DDP): at the same global and
+micro-batch sizes the optimizer sees the one-process run's gradients, so with dropout off the
+losses and metrics are one process's up to float rounding (with dropout on, each rank draws its
+own masks: the same recipe, other numbers). Rank 0 alone claims the folder and, once training
+ends, evaluates, exports and writes; see `run_one`.
 """
 
 from __future__ import annotations
@@ -36,8 +43,9 @@ from bertkit.tasks import ColumnSpec, FeatureSettings, Task, get_task
 from bertkit.tasks.base import run_model, split_dev
 from bertkit.tasks.feature_based import load_feature_model
 from bertkit.tokenization import BertTokenizer
+from bertkit.training import distributed
 from bertkit.training.hardware import resolve_device
-from bertkit.training.loop import TrainConfig, train
+from bertkit.training.loop import TrainConfig, TrainResult, train
 from bertkit.training.state import list_checkpoints
 from bertkit.training.stream import stream_seed
 from bertkit.varlen import VarlenLayout
@@ -45,7 +53,7 @@ from bertkit.varlen import VarlenLayout
 log = logging.getLogger(__name__)
 
 TASK_KEY = "bertkit_task"  # config.json key naming the task a model was fine-tuned on
-RUN_MARKER = "finetune_config.json"  # written first: marks a folder as a fine-tuning run
+FINETUNE_MARKER = "finetune_config.json"  # written first: marks a folder as a fine-tuning run
 
 
 def finetune_train_config(output_dir: str = "", **changes: Any) -> TrainConfig:
@@ -280,19 +288,38 @@ def train_config(cfg: FinetuneConfig, n_features: int) -> TrainConfig:
 
 
 def run_one(cfg: FinetuneConfig) -> dict[str, Any]:
-    """Fine-tune once with cfg's lr / epochs / seed; returns (and writes) metrics.json."""
+    """Fine-tune once with cfg's lr / epochs / seed; returns (and writes) metrics.json.
+
+    Under torchrun every rank trains; rank 0 alone claims the folder and, after training,
+    evaluates, exports the model and writes the predictions and metrics.json. The other ranks
+    return as soon as training ends, with the training part of the record only (no dev
+    metrics): waiting for rank 0 would put its evaluation, however long, under the process
+    group's timeout, and nothing on those ranks needs its results."""
     out = Path(cfg.output_dir)
     task = build_task(cfg)
+    main = distributed.is_main()
     check_model_dir(cfg.model_dir)  # before the output folder is claimed
+    # Every rank checks the folder (and reads the data), so that each stops on a refused folder
+    # (or bad data) by itself, with the same message, rather than waiting in a collective for a
+    # rank that has stopped; all have looked before rank 0 claims (and locks) the folder.
     if cfg.train.resume and (out / "metrics.json").is_file():
-        claim_output_dir(out, RUN_MARKER, run_settings(cfg), True, inputs=[cfg.model_dir])
+        check_output_dir(out, FINETUNE_MARKER, run_settings(cfg), True, inputs=[cfg.model_dir])
+        distributed.barrier()
+        if main:
+            claim_output_dir(out, FINETUNE_MARKER, run_settings(cfg), True,
+                             inputs=[cfg.model_dir])
         log.info("%s: finished earlier, kept", out)
         return json.loads((out / "metrics.json").read_text(encoding="utf-8"))
-    check_output_dir(out, RUN_MARKER, run_settings(cfg), cfg.train.resume, inputs=[cfg.model_dir])
+    check_output_dir(out, FINETUNE_MARKER, run_settings(cfg), cfg.train.resume,
+                     inputs=[cfg.model_dir])
     settings = cfg.settings(task)
     tokenizer = BertTokenizer.from_pretrained(cfg.model_dir)
     data = prepare_data(task, cfg, tokenizer, settings)  # bad data fails before anything is written
-    claim_output_dir(out, RUN_MARKER, run_settings(cfg), cfg.train.resume, inputs=[cfg.model_dir])
+    distributed.barrier()
+    if main:
+        claim_output_dir(out, FINETUNE_MARKER, run_settings(cfg), cfg.train.resume,
+                         inputs=[cfg.model_dir])
+    distributed.barrier()  # claimed before any rank looks for checkpoints in it
     model = load_model(task, cfg.model_dir, data.labels, cfg)
     check_vocab(model.config, tokenizer.vocab_size, cfg.model_dir)
     loop_cfg = dataclasses.replace(train_config(cfg, len(data.train.features)),
@@ -300,20 +327,33 @@ def run_one(cfg: FinetuneConfig) -> dict[str, Any]:
     lengths = feature_lengths(data.train.features) if cfg.group_by_length else None
     result = train(model, data.train.features, training_collate(task, model, cfg), loop_cfg,
                    evaluate=dev_evaluator(task, data.dev_splits, settings, cfg), lengths=lengths)
+    record = train_record(task, cfg, data, result)
+    if not main:
+        return record
     metrics = evaluate_splits(task, model, data.dev_splits, settings, cfg.eval_batch_size, out,
                               cfg.train.progress)
     save_release(task, model, tokenizer, out, metrics)
-    record = {"task": task.name, "lr": cfg.train.lr, "epochs": cfg.epochs,
-              "seed": cfg.train.seed, "steps": result.step,
-              "train_examples": len(data.train.examples),
-              "train_features": len(data.train.features), "train_file": str(data.train.path),
-              "final_loss": result.losses[-1] if result.losses else None, **metrics}
+    record.update(metrics)
     if data.note:
         record["data_note"] = data.note
     write_json(out / "metrics.json", record)
     if not cfg.keep_training_state:  # the release is what a finished run keeps
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
     return record
+
+
+def train_record(task: Task, cfg: FinetuneConfig, data: TaskData,
+                 result: TrainResult) -> dict[str, Any]:
+    """The run's settings and training outcome: metrics.json before the dev metrics."""
+    return {"task": task.name, "lr": cfg.train.lr, "epochs": cfg.epochs,
+            "seed": cfg.train.seed, "steps": result.step,
+            "train_examples": len(data.train.examples),
+            "train_features": len(data.train.features), "train_file": str(data.train.path),
+            "final_loss": result.losses[-1] if result.losses else None,
+            # the training's own cost (over every sitting of a resumed run), for studies
+            # and benchmarks that report training time apart from loading and evaluation
+            "train_seconds": round(result.train_seconds, 3),
+            "train_cpu_seconds": round(result.cpu_seconds, 3)}
 
 
 def training_collate(task: Task, model: nn.Module, cfg: FinetuneConfig):

@@ -21,7 +21,7 @@ from bertkit.checkpoint import check_model_dir
 from bertkit.io import atomic_path, claim_output_dir
 from bertkit.metrics import mean_std
 from bertkit.training.finetune import (
-    RUN_MARKER,
+    FINETUNE_MARKER,
     FinetuneConfig,
     build_task,
     check_data,
@@ -48,7 +48,7 @@ def run_grid(base: FinetuneConfig, lrs: list[float], epochs: list[float],
     check_model_dir(base.model_dir)
     check_data(task, base)
     grid_settings = {**run_settings(base), "grid": {"lr": lrs, "epochs": epochs, "seeds": seeds}}
-    claim_output_dir(out, RUN_MARKER, grid_settings, base.train.resume, inputs=[base.model_dir])
+    claim_output_dir(out, FINETUNE_MARKER, grid_settings, base.train.resume, inputs=[base.model_dir])
     records = [run_one(base.with_run(out / "runs" / run_name(lr, ep, seed), ep, lr=lr, seed=seed))
                for lr in lrs for ep in epochs for seed in seeds]
     metric = task.main_metric

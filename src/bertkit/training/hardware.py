@@ -20,6 +20,9 @@ from bertkit.switches import AUTO_PRECISION, forced_auto_precision
 
 log = logging.getLogger(__name__)
 
+# What --precision accepts for training: "auto" (`resolve_precision`), or the autocast dtype.
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
 
 def choose_device(cuda_available: bool) -> tuple[str, str]:
     """(device, reason) for `--device auto`: the GPU when there is one."""

@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import random
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,13 +31,26 @@ import torch
 from torch import nn
 
 from bertkit.errors import BertkitError
-from bertkit.io import atomic_write_text, progress_bar
+from bertkit.io import atomic_write_text, lock_output_dir, progress_bar
 from bertkit.training import distributed as dist_utils
-from bertkit.training.hardware import resolve_device, resolve_precision
+from bertkit.training.hardware import PRECISIONS, resolve_device, resolve_precision
 from bertkit.training.optim import OPTIMIZERS, SCHEDULES, build_optimizer, lr_at, resolve_warmup
-from bertkit.training.runtime import Run, open_tensorboard, restore_run, run_state, truncate_metrics
+from bertkit.training.runtime import (
+    Run,
+    open_tensorboard,
+    restore_run,
+    run_state,
+    tick,
+    truncate_metrics,
+)
 from bertkit.training.signals import StopFlag, signal_guard
-from bertkit.training.state import latest_checkpoint, list_checkpoints, save_training_state
+from bertkit.training.state import (
+    Resume,
+    check_resume,
+    latest_checkpoint,
+    resolve_resume,
+    save_training_state,
+)
 from bertkit.training.stats import Pending, StepStats, Window
 from bertkit.training.stream import (
     DataOrder,
@@ -49,7 +63,6 @@ from bertkit.training.stream import (
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -78,10 +91,14 @@ class TrainConfig:
     keep: int = 2  # checkpoints kept (0 = all)
     device: str = "auto"  # "auto" = cuda if available else cpu
     compile: bool = False
-    resume: bool = False
+    resume: Resume = False  # True | False | "auto" (state.resolve_resume)
     progress: bool = True
     tensorboard: bool = False  # also write TensorBoard scalars (needs the tensorboard package)
     loader_workers: int | None = None  # DataLoader worker processes; None: stream.default_workers
+    # Stop (saving a state, as at the end) at the first sync point after the run's CPU seconds,
+    # summed over its sittings, reach this; the lr schedule still runs to max_steps, so a
+    # resumed run continues it. For budgets on shared machines, where wall time means little.
+    stop_at_cpu_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_steps is not None and self.max_steps < 1:
@@ -110,7 +127,10 @@ class TrainConfig:
             if getattr(self, name) < 0:
                 raise BertkitError(f"--{name.replace('_', '-')} must be >= 0, "
                                    f"got {getattr(self, name)}")
+        if self.stop_at_cpu_seconds is not None and not self.stop_at_cpu_seconds > 0:
+            raise BertkitError(f"stop_at_cpu_seconds must be > 0, got {self.stop_at_cpu_seconds}")
         resolve_warmup(self.max_steps or 0, self.warmup_steps, self.warmup_ratio)
+        check_resume(self.resume)
 
     @property
     def resolved_warmup(self) -> int:
@@ -124,6 +144,9 @@ class TrainResult:
     metrics: dict[str, float]  # the last logged training metrics + the final eval_* metrics
     output_dir: Path
     checkpoint: Path | None = None  # the final training state
+    tokens_seen: int = 0  # real (unpadded) tokens trained on, over every sitting of the run
+    train_seconds: float = 0.0  # wall seconds inside `train`, over every sitting of the run
+    cpu_seconds: float = 0.0  # this process's CPU seconds inside `train`, likewise
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -150,6 +173,7 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
     bar = progress_bar(total=config.max_steps, initial=run.step, desc="train", unit="step",
                disable=not (config.progress and run.main), dynamic_ncols=True)
     last_metrics: dict[str, float] = {}
+    run.clock = (time.perf_counter(), time.process_time())
     with signal_guard() as stop:
         while run.step < config.max_steps:
             pending.add(_train_step(run, take(micro_batches, run.accum), step_metrics))
@@ -167,6 +191,10 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
                 raise TrainingInterrupted(f"interrupted at step {run.step}; saved {path}")
             if config.save_every and run.step % config.save_every == 0:
                 _save(run, config, last_metrics)
+            if _budget_spent(run, config):
+                log.info("CPU budget of %.0f s spent at step %d; stopping",
+                         config.stop_at_cpu_seconds, run.step)
+                break
     bar.close()
     if evaluate is not None and not (config.eval_every and run.step % config.eval_every == 0):
         last_metrics.update(_log(run, {"step": run.step, **_evaluate(run, evaluate)}))
@@ -175,7 +203,10 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
         path = _save(run, config, last_metrics)
     if run.tensorboard is not None:
         run.tensorboard.close()
-    return TrainResult(run.step, losses, last_metrics, Path(config.output_dir), path)
+    tick(run)
+    return TrainResult(run.step, losses, last_metrics, Path(config.output_dir), path,
+                       tokens_seen=run.tokens_seen, train_seconds=run.train_seconds,
+                       cpu_seconds=run.cpu_seconds)
 
 
 def _prepare(model: nn.Module, dataset, config: TrainConfig, lengths: Any = None) -> Run:
@@ -189,9 +220,13 @@ def _prepare(model: nn.Module, dataset, config: TrainConfig, lengths: Any = None
     if n == 0:
         raise BertkitError("the training dataset is empty")
     world, rank = dist_utils.world_size(), dist_utils.rank()
+    if world > 1 and config.stop_at_cpu_seconds is not None:
+        # each process counts its own CPU seconds: they would not agree on the step to stop at
+        raise BertkitError("a CPU-seconds budget is for one process; under torchrun use "
+                           "--max-steps")
     device = resolve_device(config.device)
     micro, accum = batch_plan(config.batch_size, config.micro_batch_size, world)
-    _check_output_dir(config, rank == 0)
+    resume = _check_output_dir(config, rank == 0)
     _seed_everything(stream_seed(config.seed, f"dropout/{rank}"))
     model.to(device)
     model.train()
@@ -214,7 +249,7 @@ def _prepare(model: nn.Module, dataset, config: TrainConfig, lengths: Any = None
               config=config, warmup=config.resolved_warmup, precision=precision)
     if config.tensorboard and run.main:
         run.tensorboard = open_tensorboard(Path(config.output_dir) / "tensorboard")
-    if config.resume:
+    if resume:
         restore_run(run, reseed=_seed_everything)
         if run.main:
             truncate_metrics(Path(config.output_dir) / METRICS_FILE, run.step)
@@ -241,17 +276,14 @@ def batch_plan(batch_size: int, micro_batch_size: int | None, world: int) -> tup
     return micro, per_rank // micro
 
 
-def _check_output_dir(config: TrainConfig, main: bool) -> None:
-    out = Path(config.output_dir)
-    if config.resume:
-        if latest_checkpoint(out) is None:
-            raise BertkitError(f"--resume: no checkpoint under {out / 'checkpoints'} "
-                               "(nothing to resume; start without --resume)")
-    elif list_checkpoints(out):
-        raise BertkitError(f"{out} already holds training checkpoints; pass --resume to "
-                           "continue that run or choose another output directory")
+def _check_output_dir(config: TrainConfig, main: bool) -> bool:
+    """Whether the run continues from a checkpoint (`config.resume` resolved once). Rank 0
+    holds the folder's lock until its process ends (a second writer is refused)."""
+    resume = resolve_resume(config.output_dir, config.resume)
     if main:
-        out.mkdir(parents=True, exist_ok=True)
+        Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+        lock_output_dir(config.output_dir)
+    return resume
 
 
 def _seed_everything(seed: int) -> None:
@@ -311,6 +343,13 @@ def _sync_due(run: Run, config: TrainConfig, stop: StopFlag) -> bool:
             or bool(config.save_every and step % config.save_every == 0)
             or bool(config.eval_every and step % config.eval_every == 0)
             or (run.world == 1 and stop.is_set()))
+
+
+def _budget_spent(run: Run, config: TrainConfig) -> bool:
+    if config.stop_at_cpu_seconds is None:
+        return False
+    tick(run)
+    return run.cpu_seconds >= config.stop_at_cpu_seconds
 
 
 def _sync(run: Run, pending: Pending, window: Window, losses: list[float],
@@ -373,7 +412,10 @@ def _maybe_log_and_eval(run: Run, window: Window, evaluate, config: TrainConfig)
         record.update(_evaluate(run, evaluate))
     if not record:
         return {}
-    record = {"step": run.step, **record, "tokens_seen": run.tokens_seen}
+    tick(run)
+    record = {"step": run.step, **record, "tokens_seen": run.tokens_seen,
+              "train_seconds": round(run.train_seconds, 3),
+              "cpu_seconds": round(run.cpu_seconds, 3)}
     return _log(run, record)
 
 
@@ -409,12 +451,15 @@ def _evaluate(run: Run, evaluate) -> dict[str, float]:
 
 
 def _save(run: Run, config: TrainConfig, summary: dict[str, Any]) -> Path:
+    tick(run)
     state = run_state(run)  # collective under DDP: every rank takes part
     path = Path(config.output_dir) / "checkpoints" / f"step-{run.step}"
     if run.main:
+        summary = {**{k: v for k, v in summary.items() if isinstance(v, (int, float))},
+                   "tokens_seen": run.tokens_seen, "train_seconds": round(run.train_seconds, 3),
+                   "cpu_seconds": round(run.cpu_seconds, 3)}
         path = save_training_state(config.output_dir, run.step, state, config.keep,
-                                   summary={k: v for k, v in summary.items()
-                                            if isinstance(v, (int, float))})
+                                   summary=summary)
         log.info("saved training state %s", path)
     dist_utils.barrier()
     return path

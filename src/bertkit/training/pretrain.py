@@ -47,7 +47,7 @@ _SHARDS_FOR = {"mlm+nsp": ("mlm+nsp",), "sop": ("sop",), "mlm": None, "ltr": Non
 _SENTENCE_TASK = ("mlm+nsp", "sop")
 
 
-RUN_MARKER = "pretrain_config.json"  # written first: marks a folder as a pre-training run
+PRETRAIN_MARKER = "pretrain_config.json"  # written first: marks a folder as a pre-training run
 
 
 def pretrain_train_config(output_dir: str = "", **changes: Any) -> TrainConfig:
@@ -373,7 +373,7 @@ def phase2_config(train_cfg: TrainConfig, output: Path, steps: int) -> TrainConf
     has_state = (output / "phase2" / "checkpoints").is_dir()
     return dataclasses.replace(train_cfg, output_dir=str(output / "phase2"), max_steps=steps,
                                warmup_steps=warmup, warmup_ratio=None,
-                               resume=train_cfg.resume and has_state)
+                               resume=train_cfg.resume if has_state else False)
 
 
 def run_pretraining(cfg: PretrainConfig) -> TrainResult:
@@ -385,7 +385,7 @@ def run_pretraining(cfg: PretrainConfig) -> TrainResult:
                           max(int(m["params"]["max_seq_length"]) for m in metas))
     output = Path(cfg.train.output_dir)
     if distributed.is_main():  # before any work: a refused --resume changes nothing on disk
-        claim_output_dir(output, RUN_MARKER, dataclasses.asdict(cfg), cfg.train.resume,
+        claim_output_dir(output, PRETRAIN_MARKER, dataclasses.asdict(cfg), cfg.train.resume,
                          inputs=[*map(str, folders), *(p for p in (cfg.init, cfg.tokenizer,
                                  cfg.eval_data, cfg.phase2_data) if p is not None)])
     distributed.barrier()

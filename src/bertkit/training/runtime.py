@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,12 @@ class Run:
     step: int = 0
     examples_seen: int = 0  # the data position: global stream index of the next example
     tokens_seen: int = 0
+    # The run's own cost, summed over every sitting of a resumed run (saved with the state):
+    # wall seconds and this process's CPU seconds (all its threads) spent inside `train`.
+    # CPU seconds are what a study on a shared machine can compare; wall time is not.
+    train_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    clock: tuple[float, float] = (0.0, 0.0)  # (perf_counter, process_time) at the last reading
     tensorboard: Any = None  # a SummaryWriter on rank 0 when asked for and installed
 
     @property
@@ -61,6 +68,14 @@ class Run:
         return self.plan.accum
 
 
+def tick(run: Run) -> None:
+    """Add the wall and CPU seconds since the last reading to the run's totals."""
+    now = (time.perf_counter(), time.process_time())
+    run.train_seconds += now[0] - run.clock[0]
+    run.cpu_seconds += now[1] - run.clock[1]
+    run.clock = now
+
+
 def _gather_rng(run: Run) -> list[dict[str, Any]]:
     """Every rank's RNG states (dropout differs per rank), gathered for rank 0 to save."""
     mine = rng_state()
@@ -78,6 +93,8 @@ def run_state(run: Run) -> dict[str, Any]:
         "step": run.step,
         "examples_seen": run.examples_seen,
         "tokens_seen": run.tokens_seen,
+        "train_seconds": run.train_seconds,
+        "cpu_seconds": run.cpu_seconds,
         "world_size": run.world,
         "batch_size": run.config.batch_size,
         "rng": _gather_rng(run),
@@ -108,6 +125,9 @@ def restore_run(run: Run, reseed: Callable[[int], None]) -> None:
         run.scaler.load_state_dict(state["scaler"])
     run.step, run.examples_seen = state["step"], state["examples_seen"]
     run.tokens_seen = state["tokens_seen"]
+    # states saved before the run's cost was recorded have none: counted from here on
+    run.train_seconds = float(state.get("train_seconds", 0.0))
+    run.cpu_seconds = float(state.get("cpu_seconds", 0.0))
     rngs = state["rng"]
     if len(rngs) == run.world:
         set_rng_state(rngs[run.rank])

@@ -44,3 +44,23 @@ def signal_guard() -> Iterator[StopFlag]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt, as SIGINT does (main thread only), then restore. Under
+    torchrun a process whose peer ended gets SIGTERM, which by default ends it without a word;
+    as an exception it can still say why the run stopped (`distributed.stop_together`). Inside
+    training `signal_guard`'s handler takes over: save, then stop."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

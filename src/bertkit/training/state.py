@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -33,6 +33,38 @@ log = logging.getLogger(__name__)
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "state.pt"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+
+# How a run treats the training states already in its folder: False starts and refuses a folder
+# that holds some, True continues and refuses one that holds none, "auto" continues when there is
+# one and starts otherwise: the one command line a launcher can repeat after a restart
+# (torchrun --max-restarts, a Slurm requeue).
+RESUME_AUTO = "auto"
+Resume = bool | Literal["auto"]
+
+
+def check_resume(value: Any) -> None:
+    """`resume` is True, False or "auto" (a typo such as "Auto" or "yes" is an error)."""
+    if not (isinstance(value, bool) or value == RESUME_AUTO):
+        raise BertkitError(f"resume must be True, False or {RESUME_AUTO!r}, got {value!r}")
+
+
+def resolve_resume(output_dir: str | os.PathLike, resume: Resume) -> bool:
+    """Whether a run into `output_dir` continues from its latest checkpoint (True) or starts
+    (False), decided once from the folder: `resume=True` with no checkpoint and `resume=False`
+    with some are refused. Whose checkpoints they are (the same settings) is the run marker's
+    rule (`bertkit.io.check_output_dir`), checked before."""
+    check_resume(resume)
+    found = latest_checkpoint(output_dir) is not None
+    if resume == RESUME_AUTO:
+        return found
+    if resume and not found:
+        raise BertkitError(f"--resume: no checkpoint under {Path(output_dir) / CHECKPOINTS} "
+                           "(nothing to resume; start without --resume, or pass --resume auto "
+                           "to continue when there is one and start when there is none)")
+    if not resume and found:
+        raise BertkitError(f"{output_dir} already holds training checkpoints; pass --resume to "
+                           "continue that run or choose another output directory")
+    return resume
 
 
 def rng_state() -> dict[str, Any]:
@@ -96,6 +128,18 @@ def list_checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
 def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
     found = list_checkpoints(output_dir)
     return found[-1][1] if found else None
+
+
+def saved_cost(output_dir: str | os.PathLike) -> dict[str, float]:
+    """The run's cost up to its latest training state (`train_seconds`, `cpu_seconds`,
+    `tokens_seen` from its summary.json; zeros before any state): what a resumed sitting's
+    totals started from."""
+    cost = {"train_seconds": 0.0, "cpu_seconds": 0.0, "tokens_seen": 0}
+    path = latest_checkpoint(output_dir)
+    if path is not None and (path / "summary.json").is_file():
+        summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+        cost.update({k: summary[k] for k in cost if k in summary})
+    return cost
 
 
 def save_training_state(output_dir: str | os.PathLike, step: int, state: dict[str, Any],

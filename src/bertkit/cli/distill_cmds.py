@@ -1,0 +1,145 @@
+"""`bertkit distill`: a smaller, faster student from a fine-tuned teacher, scored and timed
+next to it (`bertkit.training.distill`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from bertkit.cli.common import add_loader_workers
+from bertkit.cli.finetune_cmds import _columns, _common, _feature_options
+from bertkit.config import PRESETS
+from bertkit.tasks import ColumnSpec
+from bertkit.training.distill import UNLABELLED_FORMATS, DistillConfig, resolve_task, run_distill
+from bertkit.training.finetune import (
+    FinetuneConfig,
+    build_task,
+    check_data,
+    finetune_train_config,
+)
+from bertkit.training.loop import PRECISIONS
+
+DEFAULTS = DistillConfig("", "tiny", FinetuneConfig("", "", ""))  # defined once, in the library
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "distill", help="distil a fine-tuned model into a smaller, faster student",
+        description="Train a student on the teacher's soft targets (temperature T, times T^2) "
+        "mixed with the hard labels by --alpha (regression: MSE to the teacher's score). The "
+        "teacher's outputs are computed once and cached in --output. At the end the student's "
+        "dev score is printed next to the teacher's (and, with --baseline, next to the same "
+        "student fine-tuned without the teacher) with both models' texts/s; the same goes to "
+        "OUTPUT/results.json. The student is a fine-tuned model folder: `bertkit predict`, "
+        "`bertkit serve` and transformers load it.")
+    p.add_argument("teacher", help="a `bertkit finetune` output folder (or an HF sequence "
+                   "classification folder, with --task)")
+    p.add_argument("--student", required=True,
+                   help=f"layers:I,J,... (those teacher layers, DistilBERT-style), a preset "
+                   f"({', '.join(PRESETS)}; random init, the teacher's vocabulary) or a "
+                   "pre-trained encoder folder (any size, its own tokenizer)")
+    p.add_argument("--data", required=True, help="folder with the task's train/dev files")
+    p.add_argument("--output", required=True,
+                   help="new or empty folder (or this command's earlier run, with --resume)")
+    p.add_argument("--task", default=None, help="default: the task named in the teacher's "
+                   "config.json")
+    p.add_argument("--temperature", type=float, default=DEFAULTS.temperature,
+                   help="softmax temperature of the soft targets (classification)")
+    p.add_argument("--alpha", type=float, default=DEFAULTS.alpha,
+                   help="weight of the teacher's loss; 1 - alpha goes to the hard labels")
+    p.add_argument("--unlabelled", default=None, metavar="FILE",
+                   help="more texts, labelled by the teacher only: one per line, JSONL "
+                   "(\"text\", \"pair\") or the task's own format; see --unlabelled-format")
+    p.add_argument("--unlabelled-format", default=DEFAULTS.unlabelled_format,
+                   choices=UNLABELLED_FORMATS,
+                   help="lines: as `predict` reads; any other: a corpus format of `prepare`, "
+                   "one text per sentence")
+    p.add_argument("--baseline", action="store_true",
+                   help="also fine-tune the same student without the teacher (doubles the "
+                   "cost; into OUTPUT/baseline)")
+    p.add_argument("--speed-texts", type=int, default=DEFAULTS.speed_texts,
+                   help="dev texts timed through predict's path, teacher and student (0: none)")
+    p.add_argument("--speed-repeats", type=int, default=DEFAULTS.speed_repeats,
+                   help="timed passes per model; the fastest counts")
+    _training_options(p)
+    _common(p)
+    p.set_defaults(func=distill_cmd)
+
+
+def _training_options(p: argparse.ArgumentParser) -> None:
+    """The fine-tuning recipe's options (the same defaults as `bertkit finetune`)."""
+    recipe = DEFAULTS.finetune
+    p.add_argument("--lr", type=float, default=recipe.train.lr)
+    p.add_argument("--epochs", type=float, default=recipe.epochs)
+    p.add_argument("--max-steps", type=int, default=None, help="cap on optimizer steps")
+    p.add_argument("--seed", type=int, default=recipe.train.seed)
+    p.add_argument("--batch-size", type=int, default=recipe.train.batch_size)
+    p.add_argument("--micro-batch-size", type=int, default=None)
+    p.add_argument("--warmup-ratio", type=float, default=recipe.train.warmup_ratio)
+    p.add_argument("--weight-decay", type=float, default=recipe.train.weight_decay)
+    p.add_argument("--train-file", default=None, help="use this training file instead")
+    p.add_argument("--dev-file", default=None, help="use this dev file instead")
+    p.add_argument("--max-train-examples", type=int, default=None)
+    p.add_argument("--precision", default=recipe.train.precision, choices=PRECISIONS,
+                   help="auto (default): bf16 where this machine computes it fast, else fp32")
+    p.add_argument("--device", default=recipe.train.device)
+    add_loader_workers(p)
+    p.add_argument("--no-packing", action="store_true",
+                   help="the padded forward (dense layers on padding too)")
+    p.add_argument("--eval-every", type=int, default=0, help="steps between dev evaluations")
+    p.add_argument("--save-every", type=int, default=0,
+                   help="steps between resumable states (default 0: one per epoch)")
+    p.add_argument("--keep-training-state", action="store_true",
+                   help="keep checkpoints/ of a finished run (default: only the model)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run")
+
+
+def distill_config(args: argparse.Namespace) -> DistillConfig:
+    task = resolve_task(args.teacher, args.task, _columns(args))
+    train = finetune_train_config(
+        args.output, lr=args.lr, seed=args.seed, batch_size=args.batch_size,
+        max_steps=args.max_steps, micro_batch_size=args.micro_batch_size,
+        warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
+        precision=args.precision, device=args.device, eval_every=args.eval_every,
+        save_every=args.save_every, loader_workers=args.loader_workers, resume=args.resume,
+        progress=not args.no_progress)
+    finetune = FinetuneConfig(
+        task=task.name, model_dir=args.teacher, data_dir=args.data, train=train,
+        epochs=args.epochs, train_file=args.train_file, dev_file=args.dev_file,
+        max_train_examples=args.max_train_examples,
+        columns=getattr(task, "columns", ColumnSpec()), predict_test=False,
+        keep_training_state=args.keep_training_state, packed=not args.no_packing,
+        **_feature_options(args))
+    return DistillConfig(
+        teacher_dir=args.teacher, student=args.student, finetune=finetune,
+        temperature=args.temperature, alpha=args.alpha, unlabelled=args.unlabelled,
+        unlabelled_format=args.unlabelled_format, baseline=args.baseline,
+        speed_texts=args.speed_texts, speed_repeats=args.speed_repeats)
+
+
+def distill_cmd(args: argparse.Namespace) -> int:
+    cfg = distill_config(args)
+    check_data(build_task(cfg.finetune), cfg.finetune)
+    results = run_distill(cfg)
+    print(json.dumps(results, indent=2, default=str))
+    print(summary_line(results), file=sys.stderr)
+    return 0
+
+
+def summary_line(results: dict) -> str:
+    """One line a person reads: the scores side by side and the speed-up."""
+    def pct(value) -> str:
+        return "-" if value is None else f"{value:.4f}"
+
+    parts = [f"{results['metric']}: teacher {pct(results['teacher_dev'])}, student "
+             f"{pct(results['student_dev'])} ({pct(results['student_fraction_of_teacher'])} of "
+             "the teacher's)"]
+    if results.get("baseline_dev") is not None:
+        parts.append(f"without the teacher {pct(results['baseline_dev'])}")
+    speed = results.get("speed") or {}
+    if speed.get("texts"):
+        parts.append(f"speed {speed['student_texts_per_s']} vs {speed['teacher_texts_per_s']} "
+                     f"texts/s ({speed['speedup']}x wall, {speed['cpu_speedup']}x CPU time, "
+                     f"{speed['threads']} threads)")
+    return "; ".join(parts)

@@ -1,0 +1,84 @@
+"""`bertkit study`: the long, resumable studies (the pre-training budget curve)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import torch
+
+from bertkit.cli.common import data_root
+from bertkit.studies import curve
+from bertkit.studies.report import write_markdown
+
+log = logging.getLogger(__name__)
+
+DEFAULTS = curve.CurveSettings(corpus=("-",))  # the defaults, defined once in the library
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "study", help="long, resumable studies (the pre-training budget curve)",
+        description="Start or continue a study: the same command continues where the last "
+        "sitting stopped, and prints the status first. `pretrain-curve`: one pre-training run on "
+        "book text, exported at budgets of its own CPU-hours, each point fine-tuned against the "
+        "same architecture from random initialization (docs/pretraining.md).")
+    p.add_argument("name", choices=("pretrain-curve",))
+    p.add_argument("--work", type=Path, default=Path("../bertkit-studies/pretrain-curve"),
+                   metavar="DIR", help="the study's folder: data, the run, the points, study.json "
+                   "(outside the checkout, so that a new checkout keeps it)")
+    p.add_argument("--data", type=Path, default=None, metavar="DIR",
+                   help="folder with books/, gutenberg/, wikitext-2/, glue/ (default: "
+                   "$BERTKIT_DATA, else ../shared/data)")
+    p.add_argument("--hours", type=float, default=float("inf"),
+                   help="CPU-hours of pre-training this sitting may spend (default: to the end)")
+    p.add_argument("--status", action="store_true", help="print the status and stop")
+    p.add_argument("--finetune", action="store_true",
+                   help="fine-tune the recorded points (and the random-init twin) instead of "
+                   "pre-training; run it beside a pre-training sitting (its own lock and file)")
+    p.add_argument("--report", type=Path, default=None, metavar="DIR",
+                   help="write DIR/pretrain_curve.md (the table) and DIR/pretrain_curve.png "
+                   "from what is recorded, and stop")
+    p.add_argument("--model", default=DEFAULTS.model)
+    p.add_argument("--vocab-size", type=int, default=DEFAULTS.vocab_size)
+    p.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
+    p.add_argument("--lr", type=float, default=DEFAULTS.lr)
+    p.add_argument("--threads", type=int, default=DEFAULTS.threads,
+                   help="torch threads for the pre-training")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = curve.CurveSettings(
+        corpus=curve.corpus_files(data_root(args.data)), model=args.model,
+        vocab_size=args.vocab_size, batch_size=args.batch_size, lr=args.lr,
+        threads=args.threads)
+    curve.check_corpus(settings.corpus)
+    work, ft = args.work, curve.FinetuneSettings()
+    if args.status or args.report:
+        store = curve.open_store(work, settings)
+        print("\n".join(curve.status_lines(store)) or f"{work}: nothing recorded yet")
+        rows = curve.curve_rows(store, curve.open_cells(work, ft), settings, ft)
+        print(curve.report_markdown(rows, ft))
+        if args.report:
+            args.report.mkdir(parents=True, exist_ok=True)
+            write_markdown(args.report / "pretrain_curve.md", curve.report_markdown(rows, ft))
+            curve.plot_curve(rows, args.report / "pretrain_curve.png")
+        return 0
+    if args.finetune:
+        with curve.study_lock(work, "finetune"):
+            torch.set_num_threads(settings.threads)
+            curve.finetune_points(curve.open_store(work, settings), curve.open_cells(work, ft),
+                                  settings, ft, work, data_root(args.data))
+        return 0
+    with curve.study_lock(work, "pretrain"):
+        store = curve.open_store(work, settings)
+        for line in curve.status_lines(store):
+            log.info("%s", line)
+        torch.set_num_threads(settings.threads)
+        curve.prepare_data(settings, work)
+        curve.pretrain_points(store, settings, work, hours_left=args.hours)
+        for line in curve.status_lines(store):
+            log.info("%s", line)
+    return 0

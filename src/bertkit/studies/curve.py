@@ -1,0 +1,404 @@
+"""The pre-training budget curve (docs/pretraining.md): when does bertkit's own pre-training
+start to pay against the same architecture from random initialization?
+
+One long pre-training run on book text (not task data) is stopped at log-spaced budgets of its
+own CPU seconds (`TrainConfig.stop_at_cpu_seconds`; CPU seconds, not wall time, since the study
+shares its machine with other work), and the model at each budget is exported and recorded with
+its step, tokens and held-out MLM accuracy. The run resumes exactly between sittings (the
+loop's resume), so a budget point is the same whatever the sittings were. The lr schedule is
+the run's whole horizon (the largest budget): at an early budget the rate has not decayed, the
+usual price of reading a curve off one run (Kaplan et al. 2020 do the same).
+
+Each exported point is then fine-tuned on the SST-2 subset (`finetune_points`), beside the same
+architecture from random initialization, each at the best rate of its own grid chosen on a
+selection seed that is not reported.
+
+Everything lives in one work folder: `study.json` (the `ResultsStore`: settings, the budget
+points, one record per fine-tuning cell, the machine), `vocab/`, `shards/`, `run/` (the
+pre-training run), `points/<budget>/` (the exports) and `cells/` (fine-tuning runs, deleted as
+they finish). A lock keeps two sittings from writing one folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import logging
+import math
+import os
+import platform
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bertkit.config import BertConfig
+from bertkit.data.chunks import ChunkConfig, default_max_predictions
+from bertkit.data.instances import InstanceConfig
+from bertkit.data.prepare import PrepareConfig, prepare
+from bertkit.errors import BertkitError
+from bertkit.metrics import mean_std
+from bertkit.studies import pipeline
+from bertkit.studies.ablate import task_files
+from bertkit.studies.report import format_mean_std, markdown_table, pyplot, read_records, save_figure
+from bertkit.studies.results import ResultsStore
+from bertkit.tokenization import BertTokenizer
+from bertkit.training.finetune import FinetuneConfig, finetune_train_config
+from bertkit.training.hardware import cpu_info
+from bertkit.training.pretrain import PretrainConfig, pretrain_train_config, run_pretraining
+from bertkit.training.state import latest_checkpoint, saved_cost
+
+log = logging.getLogger(__name__)
+
+HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class CurveSettings:
+    """The recipe of the curve's one run and the budgets it is read at. Every field is recorded;
+    a sitting with other settings is refused (a new work folder starts another curve)."""
+
+    corpus: tuple[str, ...]  # book text (the shared books/, gutenberg/, WikiText-2)
+    vocab_size: int = 8192
+    model: str = "mini"  # 4 layers x 256 (Turc et al.'s BERT-Mini shape)
+    max_seq_length: int = 128
+    objective: str = "mlm"  # RoBERTa / Cramming: NSP costs steps and buys little
+    masked_lm_prob: float = 0.15
+    dropout: float = 0.0  # Cramming: no dropout while pre-training on a budget
+    batch_size: int = 128
+    lr: float = 1e-3
+    warmup_ratio: float = 0.02
+    budgets_hours: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # CPU-hours
+    threads: int = 1  # torch threads of the pre-training (CPU seconds count all of them)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.corpus:
+            raise BertkitError("the curve needs a corpus (book text)")
+        budgets = list(self.budgets_hours)
+        if not budgets or budgets != sorted(set(budgets)) or budgets[0] <= 0:
+            raise BertkitError(f"budgets must be increasing and > 0, got {self.budgets_hours}")
+
+    @property
+    def horizon_seconds(self) -> float:
+        return self.budgets_hours[-1] * HOUR
+
+
+def budget_label(hours: float) -> str:
+    """A point's name: "0.25h", "1h", "16h"."""
+    return f"{hours:g}h"
+
+
+def machine() -> dict[str, Any]:
+    """The machine a record was made on: CPU model, the flags that decide speed and precision."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    flags = sorted(cpu_info().flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+    return {"cpu": model or platform.processor(), "flags": flags, "cores": os.cpu_count()}
+
+
+@contextmanager
+def study_lock(work: Path, part: str) -> Iterator[None]:
+    """One sitting of each part (pre-training, fine-tuning) at a time in a work folder
+    (released by the OS if the process dies)."""
+    work.mkdir(parents=True, exist_ok=True)
+    handle = open(work / f".lock-{part}", "a+", encoding="utf-8")  # noqa: SIM115 - held while we run
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as err:
+        handle.close()
+        raise BertkitError(f"{work}: another {part} sitting of this study is running (it "
+                           f"holds {work / f'.lock-{part}'}); wait for it or stop it") from err
+    try:
+        yield
+    finally:
+        handle.close()
+
+
+def open_store(work: Path, settings: CurveSettings) -> ResultsStore:
+    return ResultsStore(work / "study.json", dataclasses.asdict(settings))
+
+
+def prepare_data(settings: CurveSettings, work: Path, workers: int = 1) -> Path:
+    """The vocabulary and the dynamic-masking shards (cached; a killed preparation resumes)."""
+    tokenizer = pipeline.learn_vocabulary(settings.corpus, work / "vocab", settings.vocab_size,
+                                          workers=workers, progress=False)
+    shards = work / "shards"
+    if not (shards / "meta.json").is_file():
+        t = settings.max_seq_length
+        chunk = ChunkConfig(InstanceConfig(t, objective=settings.objective), dupe_factor=1,
+                            masked_lm_prob=settings.masked_lm_prob,
+                            max_predictions_per_seq=default_max_predictions(
+                                t, settings.masked_lm_prob),
+                            dynamic_masking=True, seed=settings.seed + 12345)
+        prepare(list(settings.corpus), tokenizer, shards, PrepareConfig(chunk), workers=workers,
+                resume=True, progress=False)
+    return shards
+
+
+def architecture(settings: CurveSettings, vocab_size: int) -> BertConfig:
+    return BertConfig.preset(settings.model, vocab_size=vocab_size,
+                             max_position_embeddings=max(512, settings.max_seq_length),
+                             hidden_dropout_prob=settings.dropout,
+                             attention_probs_dropout_prob=settings.dropout)
+
+
+def run_config(settings: CurveSettings, work: Path, max_steps: int,
+               stop_at: float | None) -> PretrainConfig:
+    run = work / "run"
+    train = pretrain_train_config(
+        str(run), max_steps=max_steps, batch_size=settings.batch_size, lr=settings.lr,
+        warmup_ratio=settings.warmup_ratio, seed=settings.seed, precision="fp32",
+        log_every=20, save_every=200, keep=1, eval_every=0, progress=False,
+        resume=latest_checkpoint(run) is not None, stop_at_cpu_seconds=stop_at)
+    return PretrainConfig(data=str(work / "shards"), train=train,
+                          config_file=str(pipeline.architecture_file(run)),
+                          tokenizer=str(work / "vocab"), objective=settings.objective,
+                          eval_batches=20)
+
+
+def horizon_steps(store: ResultsStore, settings: CurveSettings, work: Path,
+                  arch: BertConfig) -> int:
+    """The run's max_steps: its horizon (the largest budget) over the CPU seconds a step costs,
+    measured once by a short run of the real recipe and stored (a resumed study keeps it)."""
+    info = store.pretrain_info("horizon")
+    if info is None:
+        probe = work / "probe"
+        shutil.rmtree(probe, ignore_errors=True)
+        cfg = run_config(settings, work, max_steps=10_000, stop_at=None)
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(
+            cfg.train, output_dir=str(probe), max_steps=12, save_every=0, resume=False,
+            log_every=4), config_file=str(pipeline.architecture_file(probe)))
+        arch.save(cfg.config_file)
+        run_pretraining(cfg)
+        # steps 4 to 12 from the log: start-up, the first steps' allocations and the final
+        # evaluation and export left out
+        cost = {r["step"]: r["cpu_seconds"] for r in read_records(probe / "metrics.jsonl")
+                if "cpu_seconds" in r}
+        shutil.rmtree(probe, ignore_errors=True)
+        per_step = (cost[12] - cost[4]) / 8
+        steps = max(100, int(settings.horizon_seconds / per_step))
+        info = {"steps": steps, "cpu_seconds_per_step": round(per_step, 4)}
+        store.put_pretrain("horizon", info)
+        log.info("horizon: %d steps (%.2f CPU-s a step measured)", steps, per_step)
+    return int(info["steps"])
+
+
+def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
+                    hours_left: float = math.inf) -> None:
+    """Continue the run to each budget not yet recorded, exporting the model there; stop when
+    this sitting has used `hours_left` CPU-hours of its own (the next sitting continues)."""
+
+    arch = architecture(settings, BertTokenizer.from_pretrained(work / "vocab").vocab_size)
+    steps = horizon_steps(store, settings, work, arch)
+    arch.save(pipeline.architecture_file(work / "run"))
+    spent = 0.0
+    for hours in settings.budgets_hours:
+        label = budget_label(hours)
+        if store.pretrain_info(label) is not None:
+            continue
+        stop_at = hours * HOUR
+        if spent >= hours_left * HOUR:
+            log.info("this sitting's %.2f CPU-hours are used; the next one continues", hours_left)
+            return
+        cfg = run_config(settings, work, steps, stop_at)
+        before = float(saved_cost(work / "run")["cpu_seconds"])
+        stop_at = min(stop_at, before + (hours_left * HOUR - spent))
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train,
+                                                                 stop_at_cpu_seconds=stop_at))
+        log.info("pre-training to %s (%.0f CPU-s; the run has %.0f)", label, stop_at, before)
+        result = run_pretraining(cfg)
+        spent += result.cpu_seconds - before
+        if result.cpu_seconds < hours * HOUR and result.step < steps:
+            continue  # stopped for the sitting's limit: the next check returns
+        point = work / "points" / label
+        shutil.rmtree(point, ignore_errors=True)
+        shutil.copytree(work / "run" / "model", point)
+        store.put_pretrain(label, {
+            "hours": hours, "step": result.step, "tokens_seen": result.tokens_seen,
+            "cpu_seconds": round(result.cpu_seconds, 1),
+            "train_seconds": round(result.train_seconds, 1),
+            **{k: round(v, 4) for k, v in result.metrics.items() if k.startswith("eval_")},
+            "machine": machine()})
+        log.info("point %s: step %d, %d tokens, %s", label, result.step, result.tokens_seen,
+                 {k: v for k, v in result.metrics.items() if k.startswith("eval_")})
+
+
+def corpus_files(data: Path) -> tuple[str, ...]:
+    """The shared book text: books/, gutenberg/ (the two files that are not valid UTF-8 are
+    read with replacement by the corpus reader) and WikiText-2's test split."""
+    files = sorted(map(str, (data / "books").glob("*.txt")))
+    files += sorted(map(str, (data / "gutenberg").glob("*.txt")))
+    files += [str(p) for p in [data / "wikitext-2" / "wiki.test.raw"] if p.is_file()]
+    if not files:
+        raise BertkitError(f"{data}: no books/*.txt, gutenberg/*.txt or wikitext-2 (expected the "
+                           "shared data folder)")
+    return tuple(files)
+
+
+def status_lines(store: ResultsStore) -> list[str]:
+    """One line per budget point recorded, and the horizon."""
+    lines = []
+    horizon = store.pretrain_info("horizon")
+    if horizon:
+        lines.append(f"horizon: {horizon['steps']} steps at {horizon['cpu_seconds_per_step']} "
+                     "CPU-s a step")
+    for label, info in store.data["pretrain"].items():
+        if label == "horizon":
+            continue
+        acc = info.get("eval_mlm_acc")
+        lines.append(f"{label}: step {info['step']}, {info['tokens_seen'] / 1e6:.1f}M tokens, "
+                     f"{info['cpu_seconds'] / HOUR:.2f} CPU-h, held-out MLM accuracy "
+                     f"{'-' if acc is None else f'{100 * acc:.1f}%'}")
+    return lines
+
+
+def check_corpus(files: Sequence[str]) -> None:
+    missing = [f for f in files if not Path(f).is_file()]
+    if missing:
+        raise BertkitError(f"{missing[0]}: not found ({len(missing)} corpus file(s) missing)")
+
+
+# --- fine-tuning the points -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FinetuneSettings:
+    """How every point and its random-init twin are fine-tuned: the demo's SST-2 subset, each
+    model at the best rate of its own grid, chosen on a selection seed that is not reported."""
+
+    task: str = "sst2"
+    train_examples: int = 2000
+    epochs: float = 3.0
+    lr_grid: tuple[float, ...] = (1e-4, 3e-4, 1e-3)
+    seeds: int = 5  # reported seeds 0..seeds-1
+    selection_seed: int = 100
+
+
+RANDOM = "random"  # the variant name of the same architecture, never pre-trained
+
+
+def open_cells(work: Path, settings: FinetuneSettings) -> ResultsStore:
+    """The fine-tuning records: a store of their own, so that the fine-tuning sitting and the
+    pre-training sitting each write only their own file."""
+    return ResultsStore(work / "cells.json", dataclasses.asdict(settings))
+
+
+def grid_variant(variant: str, lr: float) -> str:
+    return f"{variant}@lr{lr:g}"
+
+
+def selected_lr(cells: ResultsStore, ft: FinetuneSettings, variant: str) -> float | None:
+    """The rate whose selection run scored best (a collapsed run only if all collapsed)."""
+    runs = {lr: cells.data["cells"].get(cells.key(grid_variant(variant, lr), ft.task,
+                                                  ft.selection_seed)) for lr in ft.lr_grid}
+    if any(r is None for r in runs.values()):
+        return None
+    usable = {lr: r for lr, r in runs.items() if not r.get("collapsed")} or runs
+    return max(usable, key=lambda lr: usable[lr]["score"])
+
+
+def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSettings,
+                    ft: FinetuneSettings, work: Path, data: Path) -> None:
+    """Fine-tune the random-init twin and every recorded point not yet done: the lr grid on
+    the selection seed, then the reported seeds at the chosen rate."""
+
+    tokenizer = BertTokenizer.from_pretrained(work / "vocab")
+    models = {RANDOM: pipeline.random_init(architecture(settings, tokenizer.vocab_size),
+                                           tokenizer, work / "points" / RANDOM,
+                                           seed=settings.seed)}
+    for label in (budget_label(h) for h in settings.budgets_hours):
+        if store.pretrain_info(label) is not None:
+            models[label] = work / "points" / label
+    files, _ = task_files(ft.task, data)
+    recipe = FinetuneConfig(ft.task, "", "", train=finetune_train_config(precision="fp32",
+                            progress=False), epochs=ft.epochs, max_seq_length=128,
+                            max_train_examples=ft.train_examples, **files)
+
+    def cell(variant: str, model_dir: Path, lr: float, seed: int) -> None:
+        key = cells.key(variant, ft.task, seed)
+        if cells.has(key):
+            return
+        folder = work / "cells" / f"{variant}-s{seed}"
+        record = pipeline.finetune_cell(recipe.with_run("", lr=lr), model_dir, ft.task, folder,
+                                        seed)
+        shutil.rmtree(folder, ignore_errors=True)
+        cells.put(key, {"lr": lr, "seed": seed, "score": round(record["score"], 3),
+                        "collapsed": bool(record.get("collapsed")),
+                        "seconds": record["seconds"], "machine": machine()})
+        log.info("%s lr %g seed %d: %s %.1f", variant, lr, seed, ft.task, record["score"])
+
+    for variant, model_dir in models.items():
+        for lr in ft.lr_grid:
+            cell(grid_variant(variant, lr), model_dir, lr, ft.selection_seed)
+        lr = selected_lr(cells, ft, variant)
+        for seed in range(ft.seeds):
+            cell(variant, model_dir, lr, seed)
+
+
+def gain(pre: Sequence[float], rnd: Sequence[float]) -> tuple[float, float]:
+    """Mean gain of the pre-trained model over random init and its standard error (Welch: the
+    two groups' seeds are independent runs)."""
+    (m1, s1), (m0, s0) = mean_std(pre), mean_std(rnd)
+    return m1 - m0, math.sqrt(s1 ** 2 / len(pre) + s0 ** 2 / len(rnd))
+
+
+def curve_rows(store: ResultsStore, cells: ResultsStore, settings: CurveSettings,
+               ft: FinetuneSettings) -> list[dict[str, Any]]:
+    """One row per point: budget, step, tokens, held-out MLM accuracy, fine-tuned scores."""
+    rnd = cells.scores(RANDOM, ft.task)
+    rows = []
+    for hours in settings.budgets_hours:
+        label = budget_label(hours)
+        info = store.pretrain_info(label)
+        if info is None:
+            continue
+        pre = cells.scores(label, ft.task)
+        row = {"budget": label, "cpu_hours": info["cpu_seconds"] / HOUR, "step": info["step"],
+               "tokens": info["tokens_seen"], "mlm_acc": info.get("eval_mlm_acc"),
+               "scores": pre, "random": rnd}
+        if len(pre) >= 2 and len(rnd) >= 2:
+            row["gain"], row["gain_se"] = gain(pre, rnd)
+        rows.append(row)
+    return rows
+
+
+def report_markdown(rows: Sequence[dict[str, Any]], ft: FinetuneSettings) -> str:
+    table = []
+    for r in rows:
+        acc = "—" if r["mlm_acc"] is None else f"{100 * r['mlm_acc']:.1f}"
+        score = format_mean_std(r["scores"], scale=1.0) if r["scores"] else "—"
+        rnd = format_mean_std(r["random"], scale=1.0) if r["random"] else "—"
+        g = f"{r['gain']:+.1f} ± {r['gain_se']:.1f}" if "gain" in r else "—"
+        table.append([r["budget"], f"{r['cpu_hours']:.2f}", r["step"], f"{r['tokens'] / 1e6:.1f}M",
+                      acc, score, rnd, g, len(r["scores"])])
+    return markdown_table(["budget", "CPU-h", "step", "tokens", "held-out MLM acc. (%)",
+                           f"{ft.task} pre-trained", f"{ft.task} random init", "gain ± SE",
+                           "seeds"], table)
+
+
+def plot_curve(rows: Sequence[dict[str, Any]], png: Path) -> Path | None:
+    """MLM accuracy and the fine-tuning gain against CPU-hours (log scale), one PNG."""
+    plt = pyplot()
+    if plt is None or not rows:
+        return None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    hours = [r["cpu_hours"] for r in rows]
+    left.plot(hours, [100 * (r["mlm_acc"] or 0) for r in rows], "o-")
+    left.set(xscale="log", xlabel="pre-training CPU-hours", ylabel="held-out MLM accuracy (%)")
+    scored = [r for r in rows if "gain" in r]
+    if scored:
+        right.errorbar([r["cpu_hours"] for r in scored], [r["gain"] for r in scored],
+                       yerr=[2 * r["gain_se"] for r in scored], fmt="o-", capsize=3)
+    right.axhline(0, color="grey", lw=0.8)
+    right.set(xscale="log", xlabel="pre-training CPU-hours",
+              ylabel="gain over random init (points, ± 2 SE)")
+    fig.tight_layout()
+    return save_figure(fig, plt, png)

@@ -1,0 +1,669 @@
+"""Knowledge distillation: a small, fast student from a fine-tuned teacher, on the one loop.
+
+    teacher (a `bertkit finetune` folder) ─► its outputs on the transfer set, computed once and
+    cached ─► student (teacher layers | preset | pre-trained encoder) trained on soft + hard
+    targets by `training.loop.train` ─► a fine-tuned model folder, scored next to the teacher
+    (and next to the same student fine-tuned without the teacher) and timed next to it.
+
+Loss (Hinton et al. 2015): `alpha` x the soft cross-entropy between the teacher's and the
+student's distributions at temperature T, times T² (so that the soft gradients keep their size
+as T changes), plus (1 - `alpha`) x the usual hard-label loss on the examples that have a label.
+Regression (one output): mean squared error to the teacher's score, T unused.
+
+Students (`--student`):
+- `layers:0,2,4`: the teacher's embeddings, those encoder layers (renumbered 0, 1, 2), its pooler
+  and its classifier: DistilBERT's initialization (Sanh et al. 2019) applied to a fine-tuned model;
+- a preset name (`tiny`, `mini`, ...): random initialization, the teacher's vocabulary;
+- a model folder (any hidden size): a pre-trained encoder with its own tokenizer ("pre-trained
+  distillation", Turc et al. 2019); the teacher's outputs are per example, so the two
+  tokenizations never need to agree.
+
+The transfer set is the task's training examples plus, with `unlabelled`, texts only the teacher
+labels (Turc et al.). The teacher runs over it once; its logits (fp32, a few numbers per
+example) are saved in the output folder (`teacher_outputs.safetensors`) with a fingerprint of
+the inputs it saw and of its weights, so that no epoch and no resumed run pays for its forward
+again, and a changed data file is found, not trained on with stale targets.
+
+The output folder follows fine-tuning's rules (`io.claim_output_dir`, `--resume`); it holds the
+student (HF layout, loadable by `bertkit predict`/`serve` and by `transformers`), its dev
+`metrics.json` and predictions, `student_init/` (the student before training, which the
+baseline also starts from), `baseline/` (a plain `bertkit finetune` run, when asked for) and
+`results.json`: the scores side by side and the speed of both models through `predict`'s path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import inspect
+import json
+import logging
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from bertkit.checkpoint import WEIGHTS_NAME, check_model_dir, check_vocab
+from bertkit.config import PRESETS, BertConfig
+from bertkit.data.corpus import FORMATS as CORPUS_FORMATS
+from bertkit.data.corpus import CorpusStats, read_corpus
+from bertkit.data.sentences import split_sentences
+from bertkit.errors import BertkitError
+from bertkit.heads import HeadOutput
+from bertkit.inference.finetuned import load_for, task_of
+from bertkit.io import atomic_path, check_output_dir, claim_output_dir
+from bertkit.model import BertModel, attention_group_cost
+from bertkit.tasks import ColumnSpec, FeatureSettings, Task
+from bertkit.tasks.base import run_model
+from bertkit.tasks.feature_based import HEAD_KEY
+from bertkit.tasks.inputs import read_input
+from bertkit.tokenization import BertTokenizer
+from bertkit.training.finetune import (
+    TASK_KEY,
+    FinetuneConfig,
+    Split,
+    dev_evaluator,
+    evaluate_splits,
+    featurized,
+    load_model,
+    packed_batch,
+    prepare_data,
+    run_one,
+    save_release,
+    train_config,
+    write_json,
+)
+from bertkit.training.hardware import resolve_device, resolve_precision
+from bertkit.training.loop import train
+from bertkit.training.state import list_checkpoints
+from bertkit.training.stream import stream_seed
+
+log = logging.getLogger(__name__)
+
+DISTILL_MARKER = "distill_config.json"  # written first: marks a folder as a distillation run
+CACHE_NAME = "teacher_outputs.safetensors"
+RESULTS_NAME = "results.json"
+STUDENT_INIT = "student_init"
+BASELINE = "baseline"
+HEADS = ("BertForSequenceClassification", "BertForTokenClassification")  # soft targets
+IGNORE = -100  # hard label of an example only the teacher labels (classification, tagging)
+UNLABELLED_FORMATS = ("lines", *CORPUS_FORMATS)  # lines: what `predict` reads; else `prepare`'s
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    """One distillation run (saved beside it as distill_config.json). `finetune` holds what a
+    fine-tuning run of the student would use: the task, data, featurization and the loop's
+    recipe, output folder included (its `model_dir` is the teacher, whose tokenizer reads the
+    data for the teacher)."""
+
+    teacher_dir: str
+    student: str  # "layers:0,2,4" | a preset name | a model folder
+    finetune: FinetuneConfig
+    temperature: float = 2.0
+    alpha: float = 0.5  # weight of the soft (teacher) loss; 1 - alpha on the hard labels
+    unlabelled: str | None = None  # texts only the teacher labels
+    unlabelled_format: str = "lines"  # "lines": what `predict` reads; else a `prepare` format
+    baseline: bool = False  # also fine-tune the same student without the teacher
+    speed_texts: int = 512  # dev texts timed through the predict path (0: no timing)
+    speed_repeats: int = 3  # timed passes per model; the fastest counts
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise BertkitError(f"--temperature must be a finite number > 0, got {self.temperature}")
+        if not 0.0 <= self.alpha <= 1.0:
+            raise BertkitError(f"--alpha must be between 0 and 1, got {self.alpha}")
+        if self.unlabelled_format not in UNLABELLED_FORMATS:
+            raise BertkitError(f"--unlabelled-format must be one of "
+                               f"{', '.join(UNLABELLED_FORMATS)}, got {self.unlabelled_format!r}")
+        if self.speed_texts < 0 or self.speed_repeats < 1:
+            raise BertkitError(f"--speed-texts must be >= 0 and --speed-repeats >= 1, got "
+                               f"{self.speed_texts} and {self.speed_repeats}")
+        parse_student(self.student)
+
+    @property
+    def output_dir(self) -> str:
+        return self.finetune.output_dir
+
+
+@dataclass(frozen=True)
+class StudentSpec:
+    kind: str  # "layers" | "preset" | "folder"
+    layers: tuple[int, ...] = ()
+    name: str = ""  # preset name or folder
+
+
+def parse_student(spec: str) -> StudentSpec:
+    """`layers:0,2,4`, a preset name, or a model folder; anything else is one clear error."""
+    if spec.startswith("layers:"):
+        try:
+            layers = tuple(int(x) for x in spec[len("layers:"):].split(","))
+        except ValueError:
+            raise BertkitError(f"--student {spec}: expected layers:I,J,... (teacher layer "
+                               "numbers from 0)") from None
+        if any(i < 0 for i in layers) or list(layers) != sorted(set(layers)):
+            raise BertkitError(f"--student {spec}: layer numbers must be >= 0, increasing and "
+                               "distinct")
+        return StudentSpec("layers", layers)
+    if spec in PRESETS:
+        return StudentSpec("preset", name=spec)
+    if Path(spec).is_dir():
+        return StudentSpec("folder", name=spec)
+    raise BertkitError(f"--student {spec}: not layers:I,J,..., a preset "
+                       f"({', '.join(PRESETS)}) or a model folder")
+
+
+def resolve_task(teacher_dir: str | Path, name: str | None, columns: ColumnSpec | None) -> Task:
+    """The teacher's task (config.json's `bertkit_task`, or `name` for an HF folder), refused
+    when its head has no soft targets to distill."""
+    task = task_of(teacher_dir, name, columns)
+    if task.head not in HEADS:
+        raise BertkitError(f"distill: task {task.name} ({task.head}) is not supported; "
+                           "sequence classification, regression and token tagging are")
+    if BertConfig.load(teacher_dir).extra.get(HEAD_KEY):
+        raise BertkitError(f"{teacher_dir}: a frozen-encoder tagger (--features concat-last-4) "
+                           "cannot teach a BERT student; use a fully fine-tuned teacher")
+    return task
+
+
+def load_teacher(task: Task, teacher_dir: str | Path) -> tuple[nn.Module, BertTokenizer]:
+    return load_for(task, teacher_dir)
+
+
+# --- the student -------------------------------------------------------------------------------
+
+
+def build_student(teacher: nn.Module, tokenizer: BertTokenizer, spec: StudentSpec, seed: int,
+                  folder: Path) -> Path:
+    """The student before training, as a model folder (weights and tokenizer) that both the
+    distillation and the baseline start from; a pre-trained folder is used as it is."""
+    if spec.kind == "folder":
+        check_model_dir(spec.name)
+        return Path(spec.name)
+    config = teacher.config
+    extra = {k: v for k, v in config.extra.items() if k != TASK_KEY}  # not fine-tuned yet
+    if spec.kind == "layers":
+        model = student_from_layers(teacher, spec.layers)
+        model.config = model.config.replace(extra=extra)
+    else:
+        shape = dict(vocab_size=config.vocab_size, type_vocab_size=config.type_vocab_size,
+                     max_position_embeddings=config.max_position_embeddings,
+                     pad_token_id=config.pad_token_id, id2label=config.id2label)
+        with torch.random.fork_rng(devices=[]):  # the student's own stream of the run's seed
+            torch.manual_seed(stream_seed(seed, "student"))
+            model = BertModel(BertConfig.preset(spec.name, **shape, extra=extra))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def student_from_layers(teacher: nn.Module, layers: tuple[int, ...]) -> nn.Module:
+    """The teacher's head class with `layers` of its encoder, renumbered; every other weight
+    (embeddings, pooler, classifier) copied as it is."""
+    student_config(StudentSpec("layers", layers), teacher.config)
+    student = type(teacher)(teacher.config.replace(num_hidden_layers=len(layers)))
+    source = teacher.state_dict()
+    state = {}
+    for name in student.state_dict():
+        parts = name.split(".")
+        if parts[:2] == ["bert", "layers"]:
+            parts[2] = str(layers[int(parts[2])])
+        state[name] = source[".".join(parts)].detach().clone()
+    student.load_state_dict(state)
+    return student
+
+
+def student_tokenizer(spec: StudentSpec, folder: Path, teacher_tok: BertTokenizer) -> BertTokenizer:
+    """The teacher's tokenizer, unless the student is a pre-trained folder with its own."""
+    return BertTokenizer.from_pretrained(folder) if spec.kind == "folder" else teacher_tok
+
+
+# --- the loss ----------------------------------------------------------------------------------
+
+
+def soft_cross_entropy(student: torch.Tensor, teacher: torch.Tensor,
+                       temperature: float) -> torch.Tensor:
+    """(..., L) logits -> (...): T² x Σ_c -softmax(teacher/T)_c · log_softmax(student/T)_c.
+    Its gradient is the KL divergence's; it differs from it by the teacher's entropy, a constant."""
+    targets = F.softmax(teacher.float() / temperature, dim=-1)
+    log_probs = F.log_softmax(student.float() / temperature, dim=-1)
+    return -(targets * log_probs).sum(-1) * temperature**2
+
+
+def masked_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Σ w·v / Σ w, 0 where no weight: a batch of unlabelled texts has no hard loss. No host
+    sync (the loop keeps the device running ahead)."""
+    weights = weights.to(values.dtype)
+    return (values * weights).sum() / weights.sum().clamp(min=1.0)
+
+
+def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor,
+                      scored: torch.Tensor, temperature: float, alpha: float,
+                      regression: bool) -> torch.Tensor:
+    """alpha x soft + (1 - alpha) x hard, each a mean over the scored rows.
+
+    student, teacher: (R, L) logits of R rows (examples, or tokens for tagging); labels (R,):
+    class ids with IGNORE where none, or scores with NaN where none (regression); scored (R,):
+    the rows the teacher has an output for (tagging: first word pieces)."""
+    if regression:
+        soft = (student.float() - teacher.float()).pow(2).squeeze(-1)  # (R,)
+        has_label = ~torch.isnan(labels)
+        hard = (student.float().squeeze(-1) - torch.nan_to_num(labels.float())).pow(2)
+    else:
+        soft = soft_cross_entropy(student, teacher, temperature)  # (R,)
+        has_label = labels != IGNORE
+        hard = F.cross_entropy(student.float(), labels.long().clamp(min=0), reduction="none")
+    return alpha * masked_mean(soft, scored) + (1 - alpha) * masked_mean(hard, has_label & scored)
+
+
+class DistillationObjective(nn.Module):
+    """The student with the distillation loss as its `.loss`: what the loop trains. Without
+    teacher logits (evaluation) it is the student alone."""
+
+    def __init__(self, student: nn.Module, temperature: float, alpha: float, regression: bool):
+        super().__init__()
+        self.student = student
+        self.temperature, self.alpha, self.regression = temperature, alpha, regression
+
+    def forward(self, teacher_logits: torch.Tensor | None = None,
+                teacher_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                **inputs: Any) -> HeadOutput:
+        logits = self.student(**inputs).logits  # (B, L), or (B, T, L) for tagging
+        if teacher_logits is None:
+            return HeadOutput(None, logits)
+        L = logits.shape[-1]
+        scored = (teacher_mask.reshape(-1) if teacher_mask is not None
+                  else torch.ones(logits.shape[0], dtype=torch.bool, device=logits.device))
+        loss = distillation_loss(logits.reshape(-1, L), teacher_logits.reshape(-1, L),
+                                 labels.reshape(-1), scored, self.temperature, self.alpha,
+                                 self.regression)
+        return HeadOutput(loss, logits)
+
+
+# --- the transfer set and the teacher's outputs ------------------------------------------------
+
+
+def read_unlabelled(task: Task, path: str, fmt: str) -> list[Any]:
+    """Examples without labels: the formats `predict` reads ("lines": JSONL records, the task's
+    own files, else one text per line), or the sentences of a corpus `prepare` reads."""
+    if fmt == "lines":
+        examples = read_input(task, Path(path))
+    else:
+        examples = corpus_examples(task, path, fmt)
+    if not examples:
+        raise BertkitError(f"{path}: no texts in the --unlabelled file")
+    return [dataclasses.replace(e, guid=f"unlabelled-{i}") for i, e in enumerate(examples)]
+
+
+def corpus_examples(task: Task, path: str, fmt: str) -> list[Any]:
+    """One example per sentence of the corpus's documents (Google's format is split already)."""
+    records = []
+    for doc in read_corpus([path], fmt, CorpusStats()):
+        for paragraph in doc.paragraphs:
+            for sentence in [paragraph] if doc.presplit else split_sentences(paragraph):
+                if sentence.strip():
+                    records.append((doc.source, {"text": sentence}))
+    return [task.example_from_record(str(i), record, where)
+            for i, (where, record) in enumerate(records)]
+
+
+def check_pairs(train: list[Any], unlabelled: list[Any], path: str) -> None:
+    """Unlabelled texts have the training examples' form: pairs for a sentence-pair task (JSONL
+    "text" + "pair"), single texts otherwise."""
+    pairs = getattr(train[0], "text_b", None) is not None
+    if pairs and any(getattr(e, "text_b", None) is None for e in unlabelled):
+        raise BertkitError(f"{path}: the task takes sentence pairs; give JSONL records with "
+                           "\"text\" and \"pair\"")
+    if not pairs and any(getattr(e, "text_b", None) is not None for e in unlabelled):
+        raise BertkitError(f"{path}: the task takes single texts, but records have a \"pair\"")
+
+
+def no_label(task: Task, feature: dict[str, Any]) -> dict[str, Any]:
+    """A transfer feature only the teacher labels: the hard loss skips it."""
+    if task.head == "BertForTokenClassification":
+        return {**feature, "labels": [IGNORE] * len(feature["input_ids"])}
+    return {**feature, "labels": float("nan") if task.regression else IGNORE}
+
+
+def teacher_targets(task: Task, features: list[dict[str, Any]],
+                    logits: list[torch.Tensor]) -> list[torch.Tensor]:
+    """One (n, L) tensor per example: its logits (n = 1), or for tagging those of each word's
+    first piece (n = words the teacher saw)."""
+    if task.head == "BertForTokenClassification":
+        return [row[f["word_starts"]] for f, row in zip(features, logits)]
+    return [row.reshape(1, -1) for row in logits]
+
+
+def compute_teacher_outputs(task: Task, teacher: nn.Module, features: list[dict[str, Any]],
+                            batch_size: int, precision: str, progress: bool) -> list[torch.Tensor]:
+    """The teacher's targets for every transfer feature (bf16 autocast where the run's
+    precision resolves to it); stored as fp32."""
+    device = next(teacher.parameters()).device
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+        outputs = run_model(teacher, features, task.collate, ("logits",), batch_size, progress)
+    return teacher_targets(task, features, outputs["logits"])
+
+
+def fingerprint(features: list[dict[str, Any]], teacher_dir: str | Path) -> str:
+    """What the cached outputs depend on: the inputs the teacher saw and its weights."""
+    digest = hashlib.sha256()
+    for f in features:
+        digest.update(json.dumps([f["input_ids"], f["token_type_ids"]]).encode())
+    weights = Path(teacher_dir) / WEIGHTS_NAME
+    if weights.is_file():
+        with open(weights, "rb") as fh:
+            for block in iter(functools.partial(fh.read, 1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def cached_teacher_outputs(out: Path, key: str, compute) -> list[torch.Tensor]:
+    """The teacher's outputs from the run's cache, else `compute()`d once and saved (atomically:
+    a kill never leaves a cache that looks whole)."""
+    path = out / CACHE_NAME
+    if path.is_file():
+        state = load_file(str(path))
+        stored = bytes(state["fingerprint"].tolist()).decode()
+        if stored != key:
+            raise BertkitError(f"{path}: computed for other inputs or another teacher (the data "
+                               "or the teacher changed since the run began); use a new folder")
+        log.info("teacher outputs: read from %s", path)
+        return list(state["logits"].split(state["counts"].tolist()))
+    targets = compute()
+    state = {"logits": torch.cat(targets).contiguous(),
+             "counts": torch.tensor([len(t) for t in targets], dtype=torch.long),
+             "fingerprint": torch.tensor(list(key.encode()), dtype=torch.uint8)}
+    with atomic_path(path) as tmp:
+        save_file(state, str(tmp))
+    log.info("teacher outputs: %d examples computed, saved to %s", len(targets), path)
+    return targets
+
+
+def with_targets(features: list[dict[str, Any]], targets: list[torch.Tensor]
+                 ) -> list[dict[str, Any]]:
+    return [{**f, "teacher": t} for f, t in zip(features, targets)]
+
+
+def distill_collate(task: Task, features: list[dict[str, Any]]) -> dict[str, Any]:
+    """The task's batch plus the teacher's logits: (B, L), or for tagging (B, T, L) at each
+    word's first piece with `teacher_mask` (B, T) marking them."""
+    batch = task.collate(features)
+    if task.head != "BertForTokenClassification":
+        batch["teacher_logits"] = torch.cat([f["teacher"] for f in features])  # (B, L)
+        return batch
+    B, T = batch["input_ids"].shape
+    L = features[0]["teacher"].shape[-1]
+    logits = torch.zeros(B, T, L)  # (B, T, L)
+    mask = torch.zeros(B, T, dtype=torch.bool)  # (B, T)
+    for i, f in enumerate(features):
+        starts = f["word_starts"][:len(f["teacher"])]  # a student may keep fewer words
+        logits[i, starts] = f["teacher"][:len(starts)]
+        mask[i, starts] = True
+    batch["teacher_logits"], batch["teacher_mask"] = logits, mask
+    return batch
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Transfer:
+    """Everything the run reads, featurized for the student (and the teacher where its
+    tokenizer differs)."""
+
+    student_train: list[dict[str, Any]]  # labelled + unlabelled, in that order
+    teacher_train: list[dict[str, Any]]
+    student_dev: list[Split]
+    teacher_dev: list[Split]
+    labelled: int
+    unlabelled: int
+    labels: list[str] | None
+
+
+def read_transfer(task: Task, cfg: DistillConfig, teacher: nn.Module, teacher_tok: BertTokenizer,
+                  student_tok: BertTokenizer, settings: FeatureSettings) -> Transfer:
+    """The transfer set and the dev splits; the labels must be the teacher's."""
+    data = prepare_data(task, cfg.finetune, student_tok, settings)
+    check_labels(task, teacher, data.labels, cfg.teacher_dir, data.train.path)
+    label2id = {label: i for i, label in enumerate(data.labels)} if data.labels else None
+    extra = []
+    if cfg.unlabelled:
+        extra = read_unlabelled(task, cfg.unlabelled, cfg.unlabelled_format)
+        check_pairs(data.train.examples, extra, cfg.unlabelled)
+    train_examples = data.train.examples[: cfg.finetune.max_train_examples] + extra
+    student_extra = task.featurize(extra, student_tok, settings, label2id, train=False)
+    student_train = data.train.features + [no_label(task, f) for f in student_extra]
+    if student_tok is teacher_tok:
+        teacher_train, teacher_dev = student_train, data.dev_splits
+    else:
+        teacher_train = task.featurize(train_examples, teacher_tok, settings, label2id,
+                                       train=False)
+        teacher_dev = [featurized(task, s.name, s.path, s.examples, teacher_tok, settings,
+                                  label2id, train=False) for s in data.dev_splits]
+    return Transfer(student_train, teacher_train, data.dev_splits, teacher_dev,
+                    len(data.train.features), len(extra), data.labels)
+
+
+def check_labels(task: Task, teacher: nn.Module, labels: list[str] | None,
+                 teacher_dir: str, path: Path) -> None:
+    """The student learns the teacher's outputs: same labels, same order."""
+    config = teacher.config
+    if task.regression or labels is None:
+        if config.num_labels != 1:
+            raise BertkitError(f"{teacher_dir}: a {config.num_labels}-label teacher for a "
+                               "regression task")
+        return
+    theirs = [config.id2label[i] for i in range(config.num_labels)] if config.id2label else None
+    if theirs != list(labels):
+        raise BertkitError(f"{path}: labels {labels} differ from the teacher's {theirs} "
+                           f"({teacher_dir}/config.json); distill on the data it was "
+                           "fine-tuned on")
+
+
+def student_config(spec: StudentSpec, teacher: BertConfig) -> BertConfig:
+    """The student's shape where it matters before it is built (its positions), with the
+    layers it names checked against the teacher's."""
+    if spec.kind == "folder":
+        return BertConfig.load(check_model_dir(spec.name))
+    n = teacher.num_hidden_layers
+    if spec.kind == "layers" and max(spec.layers) >= n:
+        raise BertkitError(f"--student layers:{','.join(map(str, spec.layers))}: the teacher "
+                           f"has {n} layers (0..{n - 1})")
+    return teacher
+
+
+def check_lengths(data: Transfer, teacher: BertConfig, student: BertConfig) -> None:
+    """Every input fits the positions of the model that reads it (found before any work)."""
+    for who, config, features in (("teacher", teacher, data.teacher_train),
+                                  ("student", student, data.student_train)):
+        longest = max((len(f["input_ids"]) for f in features), default=0)
+        if longest > config.max_position_embeddings:
+            raise BertkitError(f"a training input has {longest} tokens but the {who} has "
+                               f"{config.max_position_embeddings} positions; pass "
+                               f"--max-seq-length {config.max_position_embeddings}")
+
+
+def run_distill(cfg: DistillConfig) -> dict[str, Any]:
+    """Distil once; returns (and writes) results.json."""
+    out = Path(cfg.output_dir)
+    spec = parse_student(cfg.student)
+    columns = None if cfg.finetune.columns == ColumnSpec() else cfg.finetune.columns
+    task = resolve_task(cfg.teacher_dir, cfg.finetune.task, columns)
+    inputs = [cfg.teacher_dir] + ([spec.name] if spec.kind == "folder" else [])
+    settings_json = run_settings(cfg)
+    resume = cfg.finetune.train.resume
+    if resume and (out / RESULTS_NAME).is_file():
+        claim_output_dir(out, DISTILL_MARKER, settings_json, True, inputs=inputs)
+        log.info("%s: finished earlier, kept", out)
+        return json.loads((out / RESULTS_NAME).read_text(encoding="utf-8"))
+    check_output_dir(out, DISTILL_MARKER, settings_json, resume, inputs=inputs)
+    teacher, teacher_tok = load_teacher(task, cfg.teacher_dir)
+    teacher.to(resolve_device(cfg.finetune.train.device))
+    init_dir = Path(spec.name) if spec.kind == "folder" else out / STUDENT_INIT
+    student_tok = student_tokenizer(spec, init_dir, teacher_tok)
+    settings = cfg.finetune.settings(task)
+    shape = student_config(spec, teacher.config)
+    data = read_transfer(task, cfg, teacher, teacher_tok, student_tok, settings)
+    check_lengths(data, teacher.config, shape)
+    claim_output_dir(out, DISTILL_MARKER, settings_json, resume, inputs=inputs)
+    build_student(teacher, teacher_tok, spec, cfg.finetune.train.seed, init_dir)
+    targets = teacher_outputs(task, cfg, teacher, data.teacher_train, out)
+    student, student_record = train_student(task, cfg, init_dir, student_tok, data, targets,
+                                            settings)
+    teacher_metrics = evaluate_splits(task, teacher, data.teacher_dev, settings,
+                                      cfg.finetune.eval_batch_size, None)
+    baseline = run_baseline(task, cfg, init_dir) if cfg.baseline else None
+    speed = measure_speed(task, teacher, student, data, cfg) if cfg.speed_texts else None
+    results = summarize(task, cfg, data, teacher, student, teacher_metrics, student_record,
+                        baseline, speed)
+    write_json(out / RESULTS_NAME, results)
+    return results
+
+
+def teacher_outputs(task: Task, cfg: DistillConfig, teacher: nn.Module,
+                    features: list[dict[str, Any]], out: Path) -> list[torch.Tensor]:
+    train_cfg = cfg.finetune.train
+    precision = resolve_precision(train_cfg.precision, resolve_device(train_cfg.device))
+    return cached_teacher_outputs(out, fingerprint(features, cfg.teacher_dir), functools.partial(
+        compute_teacher_outputs, task, teacher, features, cfg.finetune.eval_batch_size,
+        precision, train_cfg.progress))
+
+
+def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: BertTokenizer,
+                  data: Transfer, targets: list[torch.Tensor], settings: FeatureSettings
+                  ) -> tuple[nn.Module, dict[str, Any]]:
+    """Train (or, finished earlier, load) the student; its release and dev metrics.json land
+    in the output folder as a fine-tuning run's do."""
+    ft = cfg.finetune
+    out = Path(ft.output_dir)
+    if (out / "metrics.json").is_file() and ft.train.resume:  # trained before a later step died
+        model = load_model(task, out, data.labels, ft)
+        return model, json.loads((out / "metrics.json").read_text(encoding="utf-8"))
+    student = load_model(task, init_dir, data.labels, ft)
+    check_vocab(student.config, tokenizer.vocab_size, init_dir)
+    objective = DistillationObjective(student, cfg.temperature, cfg.alpha, task.regression)
+    features = with_targets(data.student_train, targets)
+    loop_cfg = dataclasses.replace(train_config(ft, len(features)),
+                                   resume=bool(list_checkpoints(out)))
+    evaluate = dev_evaluator(task, data.student_dev, settings, ft)
+    result = train(objective, features, training_collate(task, student, ft), loop_cfg,
+                   evaluate=None if evaluate is None else lambda m: evaluate(m.student))
+    metrics = evaluate_splits(task, student, data.student_dev, settings, ft.eval_batch_size, out,
+                              ft.train.progress)
+    save_release(task, student, tokenizer, out, metrics)
+    record = {"task": task.name, "steps": result.step,
+              "final_loss": result.losses[-1] if result.losses else None, **metrics}
+    write_json(out / "metrics.json", record)
+    if not ft.keep_training_state:
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    return student, record
+
+
+def training_collate(task: Task, student: nn.Module, cfg: FinetuneConfig):
+    """`distill_collate`, packed as fine-tuning's batches are (`finetune.training_collate`)."""
+    collate = functools.partial(distill_collate, task)
+    if cfg.packed and "packed" in inspect.signature(student.forward).parameters:
+        cost = attention_group_cost(resolve_device(cfg.train.device))
+        return functools.partial(packed_batch, collate, cost)
+    return collate
+
+
+def run_baseline(task: Task, cfg: DistillConfig, init_dir: Path) -> dict[str, Any]:
+    """The same student, the same recipe, the labelled data alone: a `bertkit finetune` run
+    (of the task as the teacher names it: a custom task's columns come from its config.json)."""
+    ft = dataclasses.replace(cfg.finetune.with_run(Path(cfg.output_dir) / BASELINE),
+                             model_dir=str(init_dir), task=task.name,
+                             columns=getattr(task, "columns", cfg.finetune.columns))
+    return run_one(ft)
+
+
+# --- what it costs, said -----------------------------------------------------------------------
+
+
+def measure_speed(task: Task, teacher: nn.Module, student: nn.Module, data: Transfer,
+                  cfg: DistillConfig) -> dict[str, Any]:
+    """Texts/s of both models through `predict`'s path (`run_model`: the task's collate, padded
+    batches, eval mode, fp32) on the same dev texts, tokenization excluded; passes alternate
+    between the models so that a busy machine slows both alike; the fastest pass counts. Beside
+    wall-clock texts/s, texts per CPU second of this process (all its threads): the work each
+    model costs, which other jobs on a shared machine change far less than the wall clock."""
+    n = min(cfg.speed_texts, len(data.student_dev[0].features)) if data.student_dev else 0
+    if n == 0:
+        return {"texts": 0}
+    batch = cfg.finetune.eval_batch_size
+    runs = {"teacher": (teacher, data.teacher_dev[0].features[:n]),
+            "student": (student, data.student_dev[0].features[:n])}
+    wall = {name: math.inf for name in runs}
+    cpu = {name: math.inf for name in runs}
+    for model, features in runs.values():  # warm-up: first-call allocations
+        run_model(model, features[:batch], task.collate, task.output_keys, batch)
+    for _ in range(cfg.speed_repeats):
+        for name, (model, features) in runs.items():
+            start = (time.perf_counter(), time.process_time())
+            run_model(model, features, task.collate, task.output_keys, batch)
+            wall[name] = min(wall[name], time.perf_counter() - start[0])
+            cpu[name] = min(cpu[name], time.process_time() - start[1])
+    return {"texts": n, "batch_size": batch, "threads": torch.get_num_threads(),
+            "device": str(next(student.parameters()).device),
+            "teacher_texts_per_s": round(n / wall["teacher"], 1),
+            "student_texts_per_s": round(n / wall["student"], 1),
+            "speedup": round(wall["teacher"] / wall["student"], 2),
+            "teacher_texts_per_cpu_s": round(n / cpu["teacher"], 1),
+            "student_texts_per_cpu_s": round(n / cpu["student"], 1),
+            "cpu_speedup": round(cpu["teacher"] / cpu["student"], 2)}
+
+
+def parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def summarize(task: Task, cfg: DistillConfig, data: Transfer, teacher: nn.Module,
+              student: nn.Module, teacher_metrics: dict[str, Any], student_record: dict[str, Any],
+              baseline: dict[str, Any] | None, speed: dict[str, Any] | None) -> dict[str, Any]:
+    """results.json: the main dev metric of each model, the student's as a fraction of the
+    teacher's, sizes, the transfer set and the speed."""
+    metric = task.main_metric
+
+    def score(metrics: dict[str, Any] | None) -> float | None:
+        value = None if metrics is None else metrics.get(metric)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    teacher_score, student_score = score(teacher_metrics), score(student_record)
+
+    def fraction(value: float | None) -> float | None:
+        if value is None or not teacher_score:
+            return None
+        return round(value / teacher_score, 4)
+
+    return {
+        "task": task.name, "metric": metric, "teacher": cfg.teacher_dir, "student": cfg.student,
+        "teacher_dev": teacher_score, "student_dev": student_score,
+        "baseline_dev": score(baseline), "student_fraction_of_teacher": fraction(student_score),
+        "baseline_fraction_of_teacher": fraction(score(baseline)),
+        "teacher_layers": teacher.config.num_hidden_layers,
+        "student_layers": student.config.num_hidden_layers,
+        "teacher_parameters": parameters(teacher), "student_parameters": parameters(student),
+        "speed": speed,
+        "transfer": {"labelled": data.labelled, "unlabelled": data.unlabelled},
+        "temperature": cfg.temperature, "alpha": cfg.alpha,
+        "lr": cfg.finetune.train.lr, "epochs": cfg.finetune.epochs,
+        "seed": cfg.finetune.train.seed, "steps": student_record.get("steps"),
+        "final_loss": student_record.get("final_loss"),
+        "teacher_metrics": teacher_metrics,
+        "student_metrics": {k: v for k, v in student_record.items() if k != "task"},
+        "baseline_metrics": baseline,
+    }
+
+
+def run_settings(cfg: DistillConfig) -> dict[str, Any]:
+    """distill_config.json: every setting of the run (what --resume must match)."""
+    return json.loads(json.dumps(asdict(cfg), default=str))

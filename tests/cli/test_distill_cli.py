@@ -1,0 +1,77 @@
+"""`bertkit distill` end to end through the CLI: a tiny teacher made here, a student from two of
+its layers, the results printed and saved, the student used by `bertkit predict`, and the
+output-folder rules and bad input answered with one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bertkit.cli.main import main
+from bertkit.serve.models import load_model
+from tests.training.test_distill import make_teacher, write_sst2
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_distill_prints_and_saves_results_and_predict_uses_the_student(tmp_path, capsys):
+    data, teacher = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
+    out = tmp_path / "student"
+    args = ["distill", str(teacher), "--student", "layers:0,2", "--data", str(data), "--output",
+            str(out), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--precision", "fp32",
+            "--speed-texts", "8", "--speed-repeats", "1", "--no-progress"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    assert printed == json.loads((out / "results.json").read_text())
+    assert printed["task"] == "sst2" and printed["student_layers"] == 2  # from config.json
+    assert printed["speed"]["texts"] == 8 and "texts/s" in captured.err
+    assert "accuracy: teacher" in captured.err
+
+    assert main(["predict", str(out), "--text", "the film was good", "--scores"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["label"] in ("0", "1") and set(record["scores"]) == {"0", "1"}
+    served = load_model(out, "small")  # what `bertkit serve` loads
+    assert served.task.name == "sst2" and served.config.num_hidden_layers == 2
+
+    assert main(args) == 1  # an earlier run: --resume or another folder
+    assert "pass --resume" in capsys.readouterr().err
+    assert main([*args, "--resume"]) == 0  # finished: kept, the same results
+    assert json.loads(capsys.readouterr().out) == printed
+
+
+@pytest.mark.parametrize("bad, message", [
+    (["--student", "layers:0,9"], "the teacher has 3 layers"),
+    (["--student", "enormous"], "not layers:I,J"),
+    (["--student", "tiny", "--alpha", "1.5"], "--alpha must be between 0 and 1"),
+    (["--student", "tiny", "--task", "conll2003"], "has another head"),
+    (["--student", "tiny", "--temperature", "0"], "--temperature must be"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, bad, message):
+    data, teacher = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
+    out = tmp_path / "out"
+    code = main(["distill", str(teacher), "--data", str(data), "--output", str(out), *bad,
+                 "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("bertkit: error:") and message in err
+    assert len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_the_output_is_never_the_teacher(tmp_path, capsys):
+    data, teacher = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
+    before = [p.name for p in teacher.iterdir()]
+    code = main(["distill", str(teacher), "--student", "tiny", "--data", str(data), "--output",
+                 str(teacher), "--no-progress"])
+    assert code == 1 and "is the input" in capsys.readouterr().err
+    assert sorted(p.name for p in teacher.iterdir()) == sorted(before)
+
+
+def test_help_shows_the_defaults(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["distill", "--help"])
+    text = capsys.readouterr().out
+    assert done.value.code == 0 and "%%" not in text and "(default: None)" not in text
+    assert "--temperature TEMPERATURE" in text and "(default: 2.0)" in text
+    assert "layers:I,J" in text and "--baseline" in text

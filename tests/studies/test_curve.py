@@ -1,0 +1,106 @@
+"""The pre-training budget curve: points at CPU-second budgets from one resumable run, sittings
+that stop and continue, the lock, the gain's standard error, the report."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+
+import pytest
+
+from bertkit.errors import BertkitError
+from bertkit.studies import curve
+
+BUDGETS = (0.0006, 0.0012)  # CPU-hours: about 2 and 4 CPU-seconds
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture
+def settings(shared_data, tmp_path):
+    text = (shared_data / "wikitext-2" / "wiki.test.raw").read_text(encoding="utf-8")[:60_000]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(text, encoding="utf-8")
+    return curve.CurveSettings(corpus=(str(corpus),), vocab_size=300, model="tiny",
+                               batch_size=8, max_seq_length=32, budgets_hours=BUDGETS)
+
+
+def test_points_at_cpu_budgets_across_sittings(settings, tmp_path):
+    work = tmp_path / "work"
+    curve.prepare_data(settings, work)
+    store = curve.open_store(work, settings)
+    # a sitting allowed a sliver of CPU time stops before the first budget and records nothing
+    curve.pretrain_points(store, settings, work, hours_left=1e-7)
+    assert store.pretrain_info("0.0006h") is None
+    assert store.pretrain_info("horizon")["steps"] >= 100
+    curve.pretrain_points(store, settings, work)  # the next sitting goes on to the end
+    first, last = (store.pretrain_info(curve.budget_label(h)) for h in BUDGETS)
+    assert first["cpu_seconds"] >= BUDGETS[0] * 3600 and last["cpu_seconds"] > first["cpu_seconds"]
+    assert 0 < first["step"] < last["step"] and first["tokens_seen"] < last["tokens_seen"]
+    assert 0 <= first["eval_mlm_acc"] <= 1 and first["machine"]["cores"] >= 1
+    assert (work / "points" / "0.0006h" / "config.json").is_file()
+    # a later sitting with the same settings finds nothing to do; other settings are refused
+    curve.pretrain_points(curve.open_store(work, settings), settings, work)
+    with pytest.raises(BertkitError, match="other settings"):
+        curve.open_store(work, curve.CurveSettings(**{**settings.__dict__, "lr": 5e-4}))
+    lines = curve.status_lines(store)
+    assert lines[0].startswith("horizon:") and lines[1].startswith("0.0006h: step")
+
+
+def _hold(work, part, ready, done):
+    with curve.study_lock(work, part):
+        ready.set()
+        done.wait(30)
+
+
+def test_a_second_sitting_of_the_same_part_is_refused(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    ready, done = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=_hold, args=(tmp_path, "pretrain", ready, done))
+    child.start()
+    try:
+        assert ready.wait(30)
+        with pytest.raises(BertkitError, match="another pretrain sitting"):
+            with curve.study_lock(tmp_path, "pretrain"):
+                pass
+        with curve.study_lock(tmp_path, "finetune"):  # the other part may run beside it
+            pass
+    finally:
+        done.set()
+        child.join(30)
+    with curve.study_lock(tmp_path, "pretrain"):  # released when its holder ended
+        pass
+
+
+def test_gain_and_its_standard_error():
+    g, se = curve.gain([80.0, 82.0, 84.0], [70.0, 71.0, 72.0])
+    assert g == pytest.approx(11.0)
+    assert se == pytest.approx(math.sqrt(4.0 / 3 + 1.0 / 3))  # Welch: s1²/n1 + s0²/n0
+
+
+def test_report_rows_and_table(tmp_path):
+    settings = curve.CurveSettings(corpus=("x",), budgets_hours=(0.5, 1.0))
+    ft = curve.FinetuneSettings(seeds=2)
+    store, cells = curve.open_store(tmp_path, settings), curve.open_cells(tmp_path, ft)
+    store.put_pretrain("0.5h", {"hours": 0.5, "step": 90, "tokens_seen": 1_500_000,
+                                "cpu_seconds": 1800.0, "eval_mlm_acc": 0.25})
+    for seed, (pre, rnd) in enumerate([(80.0, 75.0), (82.0, 77.0)]):
+        cells.put(cells.key("0.5h", "sst2", seed), {"score": pre})
+        cells.put(cells.key(curve.RANDOM, "sst2", seed), {"score": rnd})
+    rows = curve.curve_rows(store, cells, settings, ft)
+    assert [r["budget"] for r in rows] == ["0.5h"]  # 1h is not recorded yet
+    assert rows[0]["gain"] == pytest.approx(5.0)
+    table = curve.report_markdown(rows, ft).splitlines()
+    assert table[2].startswith("| 0.5h | 0.50 | 90 | 1.5M | 25.0 | 81.0 ± 1.4 | 76.0 ± 1.4 |")
+    assert curve.plot_curve(rows, tmp_path / "curve.png").stat().st_size > 1000
+
+
+def test_selected_lr_skips_collapsed_runs(tmp_path):
+    ft = curve.FinetuneSettings(lr_grid=(1e-4, 1e-3))
+    cells = curve.open_cells(tmp_path, ft)
+    cells.put(cells.key("random@lr0.0001", "sst2", ft.selection_seed), {"score": 60.0})
+    assert curve.selected_lr(cells, ft, "random") is None  # the grid is unfinished
+    cells.put(cells.key("random@lr0.001", "sst2", ft.selection_seed),
+              {"score": 70.0, "collapsed": True})
+    assert curve.selected_lr(cells, ft, "random") == 1e-4

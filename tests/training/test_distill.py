@@ -1,0 +1,316 @@
+"""Distillation (training/distill.py) on tiny models made here: the loss against a hand
+computation, students built from teacher layers, the teacher's outputs computed once, a killed
+run resumed to the same student, and the student loaded by transformers."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
+from bertkit.heads import BertForSequenceClassification, BertForTokenClassification
+from bertkit.model import BertModel
+from bertkit.tasks import get_task
+from bertkit.tokenization import BertTokenizer
+from bertkit.training import distill, loop
+from bertkit.training.distill import (
+    DistillConfig,
+    build_student,
+    distillation_loss,
+    parse_student,
+    run_distill,
+    soft_cross_entropy,
+)
+from bertkit.training.finetune import FinetuneConfig, finetune_train_config, save_release
+
+POSITIVE = ["good", "great", "fine", "nice", "lovely"]
+NEGATIVE = ["bad", "awful", "poor", "dull", "boring"]
+WORDS = ["a", "the", "film", "movie", "plot", "was", "is", "very", "quite"]
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def tokenizer() -> BertTokenizer:
+    tokens = SPECIALS + POSITIVE + NEGATIVE + WORDS
+    return BertTokenizer({t: i for i, t in enumerate(tokens)})
+
+
+def tiny_config(**changes) -> BertConfig:
+    return BertConfig(**{**dict(vocab_size=len(SPECIALS + POSITIVE + NEGATIVE + WORDS),
+                                hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
+                                intermediate_size=32, max_position_embeddings=64), **changes})
+
+
+def sentence(i: int) -> tuple[str, str]:
+    words = POSITIVE if i % 2 else NEGATIVE
+    return f"the {WORDS[2 + i % 3]} was {words[i % 5]} {words[(i + 2) % 5]}", str(i % 2)
+
+
+def write_sst2(root: Path, n_train: int = 24, n_dev: int = 8) -> Path:
+    for split, rows in (("train", range(n_train)), ("dev", range(100, 100 + n_dev))):
+        lines = ["sentence\tlabel"] + ["\t".join(sentence(i)) for i in rows]
+        (root / "SST-2").mkdir(parents=True, exist_ok=True)
+        (root / "SST-2" / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def make_teacher(root: Path, task_name: str = "sst2", head=BertForSequenceClassification,
+                 labels=("0", "1")) -> Path:
+    """A random tiny model with the task's head, saved as `bertkit finetune` saves one."""
+    torch.manual_seed(0)
+    changes = {"id2label": dict(enumerate(labels))} if labels else {"id2label": {0: "score"}}
+    model = head(tiny_config(**changes))
+    save_release(get_task(task_name), model, tokenizer(), root / "teacher", {})
+    return root / "teacher"
+
+
+def config(out: Path, teacher: Path, data: Path, student: str = "layers:0,2", resume=False,
+           task: str = "sst2", **changes) -> DistillConfig:
+    train = finetune_train_config(str(out), lr=1e-3, batch_size=8, precision="fp32",
+                                  progress=False, resume=resume)
+    ft = FinetuneConfig(task, str(teacher), str(data), train=train, epochs=2.0,
+                        predict_test=False)
+    return DistillConfig(str(teacher), student, ft, **{"speed_texts": 0, **changes})
+
+
+# --- the loss --------------------------------------------------------------------------------
+
+
+def test_soft_cross_entropy_and_mix_equal_a_hand_computation():
+    student = torch.tensor([[1.0, 2.0, 0.0], [0.5, -1.0, 3.0]])
+    teacher = torch.tensor([[0.5, 1.5, -1.0], [2.0, 0.0, 1.0]])
+    labels = torch.tensor([1, -100])  # the second row only the teacher labels
+
+    def softmax(row, T):
+        e = [math.exp(x / T) for x in row]
+        return [x / sum(e) for x in e]
+
+    for T in (1.0, 2.0, 4.0):
+        hand = [T * T * -sum(p * math.log(q) for p, q in zip(softmax(t, T), softmax(s, T)))
+                for s, t in zip(student.tolist(), teacher.tolist())]
+        got = soft_cross_entropy(student, teacher, T)
+        assert got.tolist() == pytest.approx(hand, rel=1e-6)
+        # alpha x mean soft + (1 - alpha) x CE of the one labelled row at T = 1
+        hard = -math.log(softmax(student[0].tolist(), 1.0)[1])
+        loss = distillation_loss(student, teacher, labels, torch.ones(2, dtype=torch.bool), T,
+                                 0.3, regression=False)
+        assert float(loss) == pytest.approx(0.3 * sum(hand) / 2 + 0.7 * hard, rel=1e-6)
+
+
+def test_regression_loss_is_mse_to_the_teacher_and_the_labels():
+    student, teacher = torch.tensor([[1.0], [2.0]]), torch.tensor([[0.5], [3.0]])
+    labels = torch.tensor([2.0, float("nan")])
+    loss = distillation_loss(student, teacher, labels, torch.ones(2, dtype=torch.bool), 5.0, 0.25,
+                             regression=True)
+    soft = ((1.0 - 0.5) ** 2 + (2.0 - 3.0) ** 2) / 2  # T does not enter
+    assert float(loss) == pytest.approx(0.25 * soft + 0.75 * (1.0 - 2.0) ** 2)
+    only_teacher = distillation_loss(student, teacher, torch.full((2,), float("nan")),
+                                     torch.ones(2, dtype=torch.bool), 1.0, 0.25, regression=True)
+    assert float(only_teacher) == pytest.approx(0.25 * soft)  # no label: no hard term, no NaN
+
+
+# --- students ---------------------------------------------------------------------------------
+
+
+def test_a_layers_student_reproduces_those_teacher_layers_exactly(tmp_path):
+    teacher_dir = make_teacher(tmp_path)
+    teacher = BertForSequenceClassification.from_pretrained(teacher_dir)
+    folder = build_student(teacher, tokenizer(), parse_student("layers:0,2"), 0,
+                           tmp_path / "init")
+    student = load_file(folder / "model.safetensors")
+    source = load_file(teacher_dir / "model.safetensors")
+    assert json.loads((folder / "config.json").read_text())["num_hidden_layers"] == 2
+    renumbered = {"bert.encoder.layer.1.": "bert.encoder.layer.2."}
+    for name, tensor in student.items():
+        origin = name
+        for new, old in renumbered.items():
+            origin = origin.replace(new, old)
+        torch.testing.assert_close(tensor, source[origin], rtol=0, atol=0)
+    assert sum(".layer.1." in n for n in student) == sum(".layer.2." in n for n in source) > 0
+    assert {n for n in source if "classifier" in n or "pooler" in n} <= set(student)
+    with pytest.raises(BertkitError, match="the teacher has 3 layers"):
+        build_student(teacher, tokenizer(), parse_student("layers:0,3"), 0, tmp_path / "x")
+    for bad in ("layers:2,0", "layers:a", "layers:1,1", "huge"):
+        with pytest.raises(BertkitError):
+            parse_student(bad)
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+def counting_teacher(monkeypatch) -> list[int]:
+    """Rows the teacher is run on, over every forward."""
+    rows: list[int] = []
+    load = distill.load_teacher
+
+    def load_and_count(task, teacher_dir):
+        model, tok = load(task, teacher_dir)
+        model.register_forward_pre_hook(lambda m, a, kw: rows.append(kw["input_ids"].shape[0]),
+                                        with_kwargs=True)
+        return model, tok
+
+    monkeypatch.setattr(distill, "load_teacher", load_and_count)
+    return rows
+
+
+class Killed(BaseException):
+    """A kill nothing catches, right after a training state was written."""
+
+
+def test_teacher_runs_once_and_a_killed_run_resumes_to_the_same_student(tmp_path, monkeypatch):
+    """24 training texts, 8 dev, 2 epochs of 3 steps: the teacher sees the 24 once (not once per
+    epoch) and the 8 for its dev score; killed after epoch 1 and resumed, it sees only the 8
+    (its outputs come from the cache) and the student is the uninterrupted one, bit for bit."""
+    data, teacher = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
+    rows = counting_teacher(monkeypatch)
+    whole = run_distill(config(tmp_path / "whole", teacher, data))
+    assert sum(rows) == 24 + 8
+    assert whole["steps"] == 6 and whole["transfer"] == {"labelled": 24, "unlabelled": 0}
+    assert (tmp_path / "whole" / "teacher_outputs.safetensors").is_file()
+
+    rows.clear()
+    save = loop._save
+
+    def killed_after_epoch_1(run, cfg, metrics):
+        path = save(run, cfg, metrics)
+        if run.step == 3:
+            raise Killed
+        return path
+
+    monkeypatch.setattr(loop, "_save", killed_after_epoch_1)
+    with pytest.raises(Killed):
+        run_distill(config(tmp_path / "cut", teacher, data))
+    monkeypatch.setattr(loop, "_save", save)
+    rows.clear()
+    with pytest.raises(BertkitError, match="pass --resume"):
+        run_distill(config(tmp_path / "cut", teacher, data))
+    again = run_distill(config(tmp_path / "cut", teacher, data, resume=True))
+    assert sum(rows) == 8  # the dev score only: the transfer set's outputs were cached
+    for key in ("student_dev", "teacher_dev", "final_loss", "steps"):
+        assert again[key] == whole[key], key
+    for name, tensor in load_file(tmp_path / "whole" / "model.safetensors").items():
+        torch.testing.assert_close(load_file(tmp_path / "cut" / "model.safetensors")[name],
+                                   tensor, rtol=0, atol=0)
+    assert not (tmp_path / "cut" / "checkpoints").exists()  # a finished run keeps the model
+    assert run_distill(config(tmp_path / "cut", teacher, data, resume=True)) == again
+
+
+def test_the_student_loads_in_transformers_with_the_same_logits(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    data, teacher = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
+    out = tmp_path / "student"
+    results = run_distill(config(out, teacher, data, student="tiny", speed_texts=8,
+                                 speed_repeats=1))
+    assert results["student_layers"] == 2 and results["speed"]["texts"] == 8
+    assert results["speed"]["speedup"] > 0 and results["speed"]["cpu_speedup"] > 0
+    ours = BertForSequenceClassification.from_pretrained(out)
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
+    batch = tokenizer().encode_padded(["the film was good", "a very dull plot"])
+    inputs = {k: torch.as_tensor(batch[k]) for k in ("input_ids", "token_type_ids",
+                                                     "attention_mask")}
+    with torch.no_grad():
+        expected = theirs(**inputs).logits
+        got = ours(**inputs).logits
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)  # fp32, same weights
+    assert json.loads((out / "config.json").read_text())["bertkit_task"] == "sst2"
+
+
+def test_unlabelled_texts_join_the_transfer_set_and_a_baseline_runs_beside(tmp_path):
+    data, teacher = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
+    texts = tmp_path / "more.txt"
+    texts.write_text("a very good film\n\nthe plot was dull\nquite lovely\n", encoding="utf-8")
+    results = run_distill(config(tmp_path / "out", teacher, data, student="layers:1",
+                                 unlabelled=str(texts), baseline=True))
+    assert results["transfer"] == {"labelled": 24, "unlabelled": 3}
+    assert results["steps"] == 8  # ceil(27 / 8) x 2 epochs
+    assert results["baseline_metrics"]["steps"] == 6  # the labelled 24 alone
+    assert isinstance(results["baseline_dev"], float)
+    assert (tmp_path / "out" / "baseline" / "model.safetensors").is_file()
+
+
+def test_regression_with_a_pretrained_folder_student(tmp_path):
+    """STS-B-like scores; the student a pre-trained encoder of another width."""
+    root = tmp_path / "glue" / "STS-B"
+    root.mkdir(parents=True)
+    for split, rows in (("train", range(16)), ("dev", range(50, 58))):
+        lines = ["sentence1\tsentence2\tscore"] + [
+            f"{sentence(i)[0]}\t{sentence(i + 1)[0]}\t{i % 5}.0" for i in rows]
+        (root / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    teacher = make_teacher(tmp_path, "stsb", labels=None)
+    torch.manual_seed(1)
+    BertModel(tiny_config(hidden_size=8, num_hidden_layers=1)).save_pretrained(tmp_path / "pre")
+    tokenizer().save_pretrained(tmp_path / "pre")
+    results = run_distill(config(tmp_path / "out", teacher, tmp_path / "glue", task="stsb",
+                                 student=str(tmp_path / "pre")))
+    assert results["metric"] == "spearman" and results["student_parameters"] < \
+        results["teacher_parameters"]
+    assert BertConfig.load(tmp_path / "out").hidden_size == 8
+
+
+def test_token_tagging_is_distilled_at_first_word_pieces(tmp_path):
+    conll = tmp_path / "conll"
+    conll.mkdir()
+    for split in ("train", "valid"):
+        sentences = [f"the O\n{POSITIVE[i % 5]} B-PER\nfilm O\n" for i in range(10)]
+        (conll / f"{split}.txt").write_text("\n".join(sentences), encoding="utf-8")
+    labels = get_task("conll2003").discover_labels(get_task("conll2003").read(conll / "train.txt"))
+    teacher = make_teacher(tmp_path, "conll2003", BertForTokenClassification, labels)
+    results = run_distill(config(tmp_path / "out", teacher, conll, task="conll2003",
+                                 student="layers:2"))
+    assert results["metric"] == "f1" and results["steps"] == 4
+
+
+def test_labels_other_than_the_teachers_are_refused(tmp_path):
+    data = write_sst2(tmp_path / "glue")
+    teacher = make_teacher(tmp_path, "sst2", labels=("1", "0"))
+    with pytest.raises(BertkitError, match="differ from the teacher's"):
+        run_distill(config(tmp_path / "out", teacher, data))
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_a_run_killed_after_the_student_trained_keeps_it(tmp_path, monkeypatch):
+    """Killed during the baseline: the resumed run neither trains the student again nor runs
+    the teacher over the transfer set; it goes on with the baseline."""
+    data, teacher = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
+    baseline = distill.run_baseline
+
+    def killed(*args):
+        raise Killed
+
+    monkeypatch.setattr(distill, "run_baseline", killed)
+    with pytest.raises(Killed):
+        run_distill(config(tmp_path / "out", teacher, data, baseline=True))
+    trained = (tmp_path / "out" / "model.safetensors").read_bytes()
+    monkeypatch.setattr(distill, "run_baseline", baseline)
+    rows = counting_teacher(monkeypatch)
+    monkeypatch.setattr(distill, "train", lambda *a, **k: pytest.fail("trained again"))
+    results = run_distill(config(tmp_path / "out", teacher, data, baseline=True, resume=True))
+    assert sum(rows) == 8 and results["baseline_metrics"]["steps"] == 6
+    assert (tmp_path / "out" / "model.safetensors").read_bytes() == trained
+
+
+def test_unlabelled_texts_from_a_corpus_are_its_sentences_and_pairs_need_pairs(tmp_path):
+    book = tmp_path / "book.txt"
+    book.write_text("The film was good. The plot was dull.\n\nA lovely movie!\n", encoding="utf-8")
+    examples = distill.read_unlabelled(get_task("sst2"), str(book), "text")
+    assert [e.text_a for e in examples] == ["The film was good.", "The plot was dull.",
+                                            "A lovely movie!"]
+    assert len({e.guid for e in examples}) == 3
+    mrpc = get_task("mrpc")
+    train = [mrpc.example_from_record("0", {"text": "a", "pair": "b"}, "x")]
+    with pytest.raises(BertkitError, match="sentence pairs"):
+        distill.check_pairs(train, distill.read_unlabelled(mrpc, str(book), "text"), str(book))
+    records = tmp_path / "pairs.jsonl"
+    records.write_text('{"text": "a good film", "pair": "a fine movie"}\n', encoding="utf-8")
+    sst2 = get_task("sst2")
+    with pytest.raises(BertkitError, match="single texts"):
+        distill.check_pairs([sst2.example_from_record("0", {"text": "a"}, "x")],
+                            distill.read_unlabelled(sst2, str(records), "lines"), str(records))
