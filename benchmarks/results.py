@@ -118,7 +118,7 @@ TASKS = {
 
 
 def finetune_config(task: str, spec: dict, seed: int, out: str, args,
-                    resume: bool = False, progress: bool = False) -> FinetuneConfig:
+                    resume: bool | str = False, progress: bool = False) -> FinetuneConfig:
     train = finetune_train_config(out, lr=args.lr, seed=seed, progress=progress, precision="fp32",
                                   optimizer=args.optimizer, schedule=args.schedule, resume=resume,
                                   save_every=spec.get("save_every", 0))
@@ -155,8 +155,10 @@ def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None,
     try:
         t0 = time.perf_counter()
         # a study's run logs to a file: the bar there (every 30 s) shows how far it is
+        # an earlier part may have stopped before its first state: "auto" starts it again
         metrics = run_one(finetune_config(task, spec, seed, str(out), args,
-                                          resume=keep and out.exists(), progress=keep))
+                                          resume="auto" if keep and out.exists() else False,
+                                          progress=keep))
         times["wall_s"] = time.perf_counter() - t0
     except TrainingInterrupted:  # stopped at the end of a step: its state holds the totals
         _part_seconds(times, before, saved_cost(out))
@@ -164,8 +166,10 @@ def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None,
     finally:
         if not keep:
             shutil.rmtree(out.parent, ignore_errors=True)
-    _part_seconds(times, before, {"train_seconds": metrics["train_seconds"],
-                                  "cpu_seconds": metrics["train_cpu_seconds"]})
+    # a run finished and kept by an earlier sitting (its metrics.json) is read back whole: its
+    # cost is in the record when bertkit wrote it, else unknown (and then zero this part)
+    _part_seconds(times, before, {"train_seconds": metrics.get("train_seconds", 0.0),
+                                  "cpu_seconds": metrics.get("train_cpu_seconds", 0.0)})
     scores = {k: v for k, v in metrics.items() if isinstance(v, float)
               and k not in ("lr", "train_seconds", "train_cpu_seconds")}
     return {"metrics": scores, "train_examples": metrics["train_examples"], **times}

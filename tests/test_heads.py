@@ -9,6 +9,8 @@ import bertkit.model
 from bertkit import heads
 from bertkit.checkpoint import to_hf_state_dict
 from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
+from bertkit.model import packed_layout
 from tests.helpers import real_sentences
 
 TOL = 1e-5
@@ -303,9 +305,11 @@ def test_packed_training_gives_the_padded_loss_and_gradients(case, group_cost, m
     unpadded = model.bert.forward_varlen
     model.bert.forward_varlen = lambda *a: calls.append(1) or unpadded(*a)
     grads = {}
+    mask = batch["attention_mask"]
     for packed in (False, True):
         model.zero_grad()
-        loss = model(**batch, packed=packed).loss
+        layout = packed_layout(mask.reshape(-1, mask.shape[-1])) if packed else None
+        loss = model(**batch, layout=layout).loss
         loss.backward()
         grads[packed] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()
                                        if p.grad is not None})
@@ -324,14 +328,26 @@ def test_packed_forward_matches_at_real_tokens_and_trains_with_dropout():
     model = heads.BertForSequenceClassification(config).eval()
     batch, _ = padded_batch()
     ref = model.bert(**batch).last_hidden_state
-    out = model.bert(**batch, packed=True).last_hidden_state
+    layout = packed_layout(batch["attention_mask"])
+    out = model.bert(**batch, layout=layout).last_hidden_state
     real = batch["attention_mask"].bool()
     assert (ref[real] - out[real]).abs().max().item() < PACKED_TOL
     assert out[~real].abs().max().item() == 0  # padding comes back as zeros
     model.train()  # dropout on: runs, and differs from eval
-    loss = model(**batch, labels=torch.zeros(4, dtype=torch.long), packed=True).loss
+    loss = model(**batch, labels=torch.zeros(4, dtype=torch.long), layout=layout).loss
     loss.backward()
     assert torch.isfinite(loss) and model.bert.embeddings.word_embeddings.weight.grad is not None
+
+
+def test_span_qa_says_it_cannot_pack_and_refuses_a_layout():
+    """QA's softmax over T reads padding positions: no head-level packing, and a layout given
+    anyway is an error, not a silent padded forward."""
+    assert [cls.supports_packing for cls in heads.HEAD_CLASSES.values()] == \
+        [cls is not heads.BertForQuestionAnswering for cls in heads.HEAD_CLASSES.values()]
+    model = heads.BertForQuestionAnswering(BertConfig.preset("tiny", vocab_size=500)).eval()
+    batch, _ = padded_batch()
+    with pytest.raises(BertkitError, match="BertForQuestionAnswering has no packed forward"):
+        model(**batch, layout=packed_layout(batch["attention_mask"]))
 
 
 @pytest.mark.parametrize("name,cls", [

@@ -5,8 +5,10 @@ import pytest
 import torch
 import transformers
 
+from bertkit import model as model_module
 from bertkit.config import BertConfig
-from bertkit.model import BertModel, EncoderLayer, dropout
+from bertkit.errors import BertkitError
+from bertkit.model import BertModel, EncoderLayer, dropout, packed_layout
 from bertkit.varlen import GROUP_COST, VarlenLayout
 from tests.helpers import real_sentences
 
@@ -94,8 +96,10 @@ def test_causal_mask_hides_the_future():
     changed = ids.clone()
     changed[0, 8:] = (changed[0, 8:] + 1) % 100
     with torch.no_grad():
-        a = model(ids, causal=True).last_hidden_state
-        b = model(changed, causal=True).last_hidden_state
+        model.causal = True
+        a = model(ids).last_hidden_state
+        b = model(changed).last_hidden_state
+        model.causal = False
         c = model(changed).last_hidden_state
     assert max_diff(a[:, :8], b[:, :8]) == 0.0
     assert max_diff(a[:, 8:], b[:, 8:]) > 1e-3
@@ -187,7 +191,8 @@ def test_dropout_sits_where_transformers_puts_it_and_drops_as_much(pair, minilm_
                                     mask, 40)
         padded = _dropout_deviation(lambda: ours(**enc, output_hidden_states=True), eval_states,
                                     mask, 40)
-        packed = _dropout_deviation(lambda: ours(**enc, packed=True), eval_states, mask, 40)
+        layout = packed_layout(enc["attention_mask"])
+        packed = _dropout_deviation(lambda: ours(**enc, layout=layout), eval_states, mask, 40)
     finally:
         ours.eval(), ref.eval()
     for got in (padded, packed):
@@ -285,7 +290,70 @@ def test_packed_forward_with_dropout_keeps_padding_out(branches):
         mask[i, :n] = 1
     ids = torch.randint(5, 100, (5, 30)) * mask
     emb = model.embeddings.word_embeddings
-    out = model(ids, attention_mask=mask, packed=True).last_hidden_state
+    out = model(ids, attention_mask=mask, layout=packed_layout(mask)).last_hidden_state
     assert out[~mask.bool()].abs().max().item() == 0
     out.sum().backward()
     assert emb.weight.grad[0].abs().max().item() == 0  # [PAD] rows (id 0) never used
+
+
+def test_a_layout_the_call_cannot_use_is_refused():
+    """The packed forward serves plain calls only: a causal model, hidden states or
+    probabilities, a missing mask or another batch shape with a layout is an error, where the
+    `packed=` flag it replaced ran padded without a word."""
+    torch.manual_seed(0)
+    model = BertModel(BertConfig.preset("tiny", vocab_size=100)).eval()
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    ids = torch.randint(5, 100, (2, 4)) * mask
+    layout = packed_layout(mask)
+    with torch.no_grad():
+        plain = model(ids, attention_mask=mask).last_hidden_state
+        packed = model(ids, attention_mask=mask, layout=layout).last_hidden_state
+        assert max_diff(plain[mask.bool()], packed[mask.bool()]) < TOL
+        for kwargs, why in [({"output_hidden_states": True}, "hidden states"),
+                            ({"output_attentions": True}, "probabilities"),
+                            ({"attention_mask": None}, "no attention_mask"),
+                            ({"layout": packed_layout(mask[:1])}, r"laid out for \(1, 4\)")]:
+            with pytest.raises(BertkitError, match=why):
+                model(ids, **{"attention_mask": mask, "layout": layout, **kwargs})
+        model.causal = True
+        with pytest.raises(BertkitError, match="the model is causal"):
+            model(ids, attention_mask=mask, layout=layout)
+
+
+def _reference_varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k):
+    """What torch's varlen kernel computes ((S, N, D) in, sequence i = rows [cu[i], cu[i+1])),
+    one sequence at a time through SDPA: the CPU stand-in for the CUDA kernel."""
+    assert torch.equal(cu_q, cu_k) and cu_q.dtype == torch.int32 and max_q == max_k
+    assert max_q == int((cu_q[1:] - cu_q[:-1]).max())
+    out = []
+    for a, b in zip(cu_q[:-1].tolist(), cu_q[1:].tolist()):
+        q1, k1, v1 = (t[a:b].transpose(0, 1) for t in (q, k, v))  # (N, n, D)
+        out.append(torch.nn.functional.scaled_dot_product_attention(q1, k1, v1).transpose(0, 1))
+    return torch.cat(out)  # (S, N, D)
+
+
+def test_the_varlen_kernel_gets_the_layouts_cu_seqlens(monkeypatch):
+    """Where torch's varlen kernel runs (CUDA, half precision, no attention dropout),
+    attention takes the packed batch whole on the layout's `cu_seqlens` and `max_seqlen`:
+    with a CPU stand-in for the kernel, the layer equals the length-group path. On the CPU the
+    kernel is never chosen (the real kernel is checked only where a GPU is)."""
+    config = BertConfig.preset("tiny", hidden_dropout_prob=0.0)
+    torch.manual_seed(0)
+    layer = EncoderLayer(config).eval()
+    mask = torch.zeros(4, 9, dtype=torch.long)
+    for i, n in enumerate([9, 2, 5, 7]):
+        mask[i, :n] = 1
+    layout = VarlenLayout.from_mask(mask, GROUP_COST)
+    x = layout.unpad(torch.randn(4, 9, config.hidden_size))  # (S, H)
+    with torch.no_grad():
+        grouped = layer.forward_varlen(x, layout)
+        calls = []
+        monkeypatch.setattr(model_module, "varlen_kernel_runs", lambda qkv, p: p == 0.0)
+        monkeypatch.setattr(model_module, "varlen_attn",
+                            lambda *a: calls.append(a[3]) or _reference_varlen_attn(*a))
+        whole = layer.forward_varlen(x, layout)
+    assert len(calls) == 1 and calls[0] is layout.cu_seqlens
+    assert max_diff(whole, grouped) < TOL
+    monkeypatch.undo()
+    cpu = torch.zeros(3, dtype=torch.bfloat16)
+    assert not model_module.varlen_kernel_runs(cpu, 0.0)  # the CPU: length groups

@@ -1,9 +1,9 @@
 """Task heads on top of `BertModel`; each computes its loss when labels are given.
 
-`packed=True` (every head but span QA), or the batch's `VarlenLayout` built by the collate, runs
-the encoder's dense layers on the real tokens only (`BertModel.forward_varlen`): the loss and
-its gradients are the padded forward's, because no loss reads a padding position. QA's
-start/end softmax spans the padding too, so it has none.
+`layout=` (the batch's `VarlenLayout`, `bertkit.model.packed_layout`, built by the collate) runs the
+encoder's dense layers on the real tokens only (`BertModel.forward_varlen`): the loss and its
+gradients are the padded forward's, because no loss reads a padding position. Heads that can
+say so (`supports_packing`); QA's start/end softmax spans the padding too, so it refuses one.
 
 Shape legend: B batch, T tokens, H hidden, V vocabulary, P masked positions per sequence,
 K choices, L labels.
@@ -16,6 +16,7 @@ see `checkpoint.py`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,7 @@ from torch import nn
 
 from bertkit.checkpoint import PretrainedMixin
 from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
 from bertkit.model import BertModel, Dropout, activation, init_weights
 from bertkit.varlen import VarlenLayout
 
@@ -130,6 +132,8 @@ class BertForPreTraining(PretrainedMixin, nn.Module):
     Takes Google's feature names. With `masked_lm_positions` the vocabulary logits are computed
     only there; without them at every position (HF's `prediction_logits`)."""
 
+    supports_packing: ClassVar[bool] = True  # no loss reads a padding position
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
@@ -149,11 +153,9 @@ class BertForPreTraining(PretrainedMixin, nn.Module):
         next_sentence_label: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-        causal: bool = False,
-        packed: bool | VarlenLayout = False,
+        layout: VarlenLayout | None = None,
     ) -> PreTrainingOutput:
-        out = self.bert(input_ids, token_type_ids, attention_mask, position_ids, causal=causal,
-                        packed=packed)
+        out = self.bert(input_ids, token_type_ids, attention_mask, position_ids, layout=layout)
         hidden = out.last_hidden_state  # (B, T, H)
         if masked_lm_positions is not None:
             hidden = gather_positions(hidden, masked_lm_positions)  # (B, P, H)
@@ -173,6 +175,8 @@ class BertForMaskedLM(PretrainedMixin, nn.Module):
     """MLM only (no pooler, as HF's). `labels` (B,T) with -100 on unscored tokens, or Google's
     sparse `masked_lm_positions` / `masked_lm_ids` / `masked_lm_weights`."""
 
+    supports_packing: ClassVar[bool] = True  # no loss reads a padding position
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
@@ -182,9 +186,9 @@ class BertForMaskedLM(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
                 masked_lm_positions=None, masked_lm_ids=None, masked_lm_weights=None,
-                position_ids=None, causal: bool = False, packed: bool | VarlenLayout = False) -> HeadOutput:
+                position_ids=None, layout: VarlenLayout | None = None) -> HeadOutput:
         hidden = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
-                           causal=causal, packed=packed).last_hidden_state  # (B, T, H)
+                           layout=layout).last_hidden_state  # (B, T, H)
         if masked_lm_positions is not None:
             hidden = gather_positions(hidden, masked_lm_positions)  # (B, P, H)
         logits = self.mlm(hidden)  # (B, P or T, V)
@@ -198,6 +202,8 @@ class BertForSequenceClassification(PretrainedMixin, nn.Module):
     """Pooled [CLS] -> dropout -> linear (L = config.num_labels). L = 1 is regression (MSE),
     e.g. STS-B; otherwise cross-entropy."""
 
+    supports_packing: ClassVar[bool] = True  # no loss reads a padding position
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
@@ -207,9 +213,9 @@ class BertForSequenceClassification(PretrainedMixin, nn.Module):
         init_head(self, (self.classifier,))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
-                position_ids=None, packed: bool | VarlenLayout = False) -> HeadOutput:
+                position_ids=None, layout: VarlenLayout | None = None) -> HeadOutput:
         pooled = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
-                           packed=packed).pooler_output
+                           layout=layout).pooler_output
         logits = self.classifier(self.dropout(pooled))  # (B, L)
         loss = None
         if labels is not None:
@@ -223,6 +229,8 @@ class BertForSequenceClassification(PretrainedMixin, nn.Module):
 class BertForTokenClassification(PretrainedMixin, nn.Module):
     """Per-token tags (no pooler, as HF's); labels -100 are ignored (e.g. non-first WordPieces)."""
 
+    supports_packing: ClassVar[bool] = True  # no loss reads a padding position
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
@@ -232,9 +240,9 @@ class BertForTokenClassification(PretrainedMixin, nn.Module):
         init_head(self, (self.classifier,))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
-                position_ids=None, packed: bool | VarlenLayout = False) -> HeadOutput:
+                position_ids=None, layout: VarlenLayout | None = None) -> HeadOutput:
         hidden = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
-                           packed=packed).last_hidden_state  # (B, T, H); zeros at padding if packed
+                           layout=layout).last_hidden_state  # (B, T, H); zeros at padding if packed
         logits = self.classifier(self.dropout(hidden))  # (B, T, L)
         return HeadOutput(tagging_loss(logits, labels), logits)
 
@@ -259,8 +267,14 @@ class BertForQuestionAnswering(PretrainedMixin, nn.Module):
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         init_head(self, (self.qa_outputs,))
 
+    supports_packing: ClassVar[bool] = False  # the softmax over T reads padding positions
+
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, start_positions=None,
-                end_positions=None, position_ids=None) -> SpanOutput:
+                end_positions=None, position_ids=None,
+                layout: VarlenLayout | None = None) -> SpanOutput:
+        if layout is not None:
+            raise BertkitError("BertForQuestionAnswering has no packed forward: its start/end "
+                               "softmax spans the padding; call without layout=")
         hidden = self.bert(input_ids, token_type_ids, attention_mask, position_ids).last_hidden_state
         logits = self.qa_outputs(hidden)  # (B, T, 2)
         start, end = logits.float().unbind(-1)  # 2 x (B, T)
@@ -278,6 +292,8 @@ class BertForMultipleChoice(PretrainedMixin, nn.Module):
     """Input (B, K, T): each choice encoded on its own, one score from its pooled output,
     softmax over the K choices (SWAG)."""
 
+    supports_packing: ClassVar[bool] = True  # no loss reads a padding position
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config
@@ -287,7 +303,7 @@ class BertForMultipleChoice(PretrainedMixin, nn.Module):
         init_head(self, (self.classifier,))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
-                position_ids=None, packed: bool | VarlenLayout = False) -> HeadOutput:
+                position_ids=None, layout: VarlenLayout | None = None) -> HeadOutput:
         if input_ids.dim() != 3:
             raise ValueError(f"multiple choice input_ids must be (batch, choices, tokens), "
                              f"got {tuple(input_ids.shape)}")
@@ -297,7 +313,7 @@ class BertForMultipleChoice(PretrainedMixin, nn.Module):
             return None if t is None else t.reshape(B * K, -1)  # (B*K, T)
 
         pooled = self.bert(flat(input_ids), flat(token_type_ids), flat(attention_mask),
-                           flat(position_ids), packed=packed).pooler_output  # (B*K, H)
+                           flat(position_ids), layout=layout).pooler_output  # (B*K, H)
         logits = self.classifier(self.dropout(pooled)).view(B, K)  # (B, K)
         loss = F.cross_entropy(logits.float(), labels.long()) if labels is not None else None
         return HeadOutput(loss, logits)

@@ -15,7 +15,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -102,6 +102,17 @@ def check_not_inside(output: str | os.PathLike, inputs: Sequence[str | os.PathLi
         if out == src or out in src.parents:
             raise BertkitError(f"--output {output} is the input {given} (or inside it): write "
                                "to a new folder so the input is never overwritten")
+
+
+def check_output_outside(output: str | os.PathLike, inputs: Iterable[str | os.PathLike]) -> None:
+    """A folder given as a corpus stands for every file under it, so an output folder inside it
+    would be read back as input by the next run (its own shards or vocabulary as corpus)."""
+    out = Path(output).resolve()
+    for given in inputs:
+        folder = Path(given)
+        if folder.is_dir() and folder.resolve() in out.parents:
+            raise BertkitError(f"--output {output} is inside the input folder {given}, whose "
+                               "every file is read as corpus; write to a folder outside it")
 
 
 def check_new_file(path: str | os.PathLike, inputs: Sequence[str | os.PathLike] = ()) -> None:

@@ -12,14 +12,16 @@ used when attention probabilities are asked for, and for training on the CPU, wh
 dropout falls back to the same explicit path with a slower mask (see `dropout`). Q, K and V are
 one fused (H → 3H) linear layer: one matmul instead of three; `checkpoint.py` splits it into
 HF's query/key/value on save. Packed (unpadded) batches run the dense layers on the real tokens
-laid end to end, FlashAttention's varlen form (`bertkit.varlen.VarlenLayout`, `forward_varlen`), and attention
-once per length group.
+laid end to end, FlashAttention's varlen form (`bertkit.varlen.VarlenLayout`, `forward_varlen`):
+attention through torch's varlen kernel on the layout's `cu_seqlens` where it runs (CUDA, half
+precision, no attention dropout: inference and evaluation), else once per length group.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -27,8 +29,14 @@ from torch import nn
 
 from bertkit.checkpoint import PretrainedMixin
 from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
 from bertkit.switches import device_generic
 from bertkit.varlen import GROUP_COST, VarlenLayout
+
+try:  # FlashAttention's varlen kernel (CUDA) in recent torch; the length groups without it
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # pragma: no cover - older torch
+    varlen_attn = None
 
 
 @dataclass
@@ -157,6 +165,10 @@ class SelfAttention(nn.Module):
         D = H // N
         qkv = self.qkv(x)  # (S, 3H)
         dropout_p = self.attn_dropout_p if self.training else 0.0
+        if varlen_kernel_runs(qkv, dropout_p):
+            q, k, v = qkv.view(S, 3, N, D).unbind(1)  # 3 x (S, N, D)
+            cu, t = layout.cu_seqlens, layout.max_seqlen
+            return self.out(varlen_attn(q, k, v, cu, cu, t, t).reshape(S, H))  # (S, H)
         ctx = []
         for g in layout.groups:
             part = qkv[g.start:g.end]  # (n, 3H) the group's tokens
@@ -167,6 +179,15 @@ class SelfAttention(nn.Module):
             c = c.transpose(1, 2).reshape(g.batch * g.max_len, H)  # (b*t, H)
             ctx.append(c if g.index is None else c.index_select(0, g.index))  # (n, H)
         return self.out(torch.cat(ctx) if len(ctx) > 1 else ctx[0])  # (S, H)
+
+
+def varlen_kernel_runs(qkv: torch.Tensor, dropout_p: float) -> bool:
+    """Whether torch's varlen attention (FlashAttention's kernel: CUDA from Ampere on, fp16/bf16,
+    no dropout on the probabilities) takes the packed batch whole, on its `cu_seqlens`;
+    elsewhere attention runs group by group through `attend`."""
+    return (varlen_attn is not None and qkv.is_cuda and dropout_p == 0.0
+            and qkv.dtype in (torch.float16, torch.bfloat16) and not _exporting()
+            and torch.cuda.get_device_capability(qkv.device) >= (8, 0))
 
 
 class FeedForward(nn.Module):
@@ -213,11 +234,19 @@ class Pooler(nn.Module):
 
 
 class BertModel(PretrainedMixin, nn.Module):
-    """The BERT encoder. `add_pooling_layer=False` matches HF's MLM/tagging/QA models."""
+    """The BERT encoder. `add_pooling_layer=False` matches HF's MLM/tagging/QA models.
+
+    `causal = True` hides every later position from each query (the left-to-right LM of the
+    paper's ablation, `pretrain --objective ltr`): a property of the model, set once, not saved
+    in the checkpoint (HF's BERT has no such switch; the released encoder is read both ways)."""
+
+    supports_packing: ClassVar[bool] = True  # `forward(..., layout=...)`; see there
+    causal: bool
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__()
         self.config = config
+        self.causal = False
         self.embeddings = Embeddings(config)
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_hidden_layers))
         self.pooler = Pooler(config) if add_pooling_layer else None
@@ -231,31 +260,29 @@ class BertModel(PretrainedMixin, nn.Module):
         position_ids: torch.Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
-        causal: bool = False,
-        packed: bool | VarlenLayout = False,
+        layout: VarlenLayout | None = None,
     ) -> BertOutput:
-        """`attention_mask` (B,T): 1 for real tokens, 0 for padding. `causal=True` also hides
-        every later position (the left-to-right LM of the paper's ablation).
+        """`attention_mask` (B,T): 1 for real tokens, 0 for padding.
 
-        `packed=True` runs the dense layers (embeddings, projections, FFN, LayerNorms) on the
-        real tokens only (`forward_varlen`): the same values at real tokens, zeros at padding,
-        and in training the same loss and gradients (dropout aside, whose masks are drawn over
-        other shapes). A `VarlenLayout` for `packed` is that layout, built on the host from the
-        batch's mask by the collate (`VarlenLayout.from_mask`, then `.to(device)`): on a GPU,
-        building it here would read the lengths back from the device."""
+        A `layout` (the batch's real tokens, `VarlenLayout.from_mask` of `attention_mask`,
+        built on the host by the collate and moved with the batch: `packed_layout`) runs the
+        dense layers (embeddings, projections, FFN, LayerNorms) on the real tokens only
+        (`forward_varlen`): the same values at real tokens, zeros at padding, and in training
+        the same loss and gradients (dropout aside, whose masks are drawn over other shapes).
+        A batch without padding (read where that is free) runs padded: the same work. A call
+        the packed forward cannot serve (causal, hidden states or probabilities asked for,
+        compiled or exported, no mask, another shape) is refused, not run padded."""
         check_inputs(self.config, input_ids, token_type_ids, attention_mask, position_ids)
         B, T = input_ids.shape
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).unsqueeze(0)  # (1, T)
-        mask = attention_bool_mask(attention_mask, T, causal, input_ids.device)
-        extras = causal or output_hidden_states or output_attentions or _exporting()
-        if packed is not False and mask is not None and not extras:
-            layout = packed if isinstance(packed, VarlenLayout) else \
-                VarlenLayout.from_mask(attention_mask, attention_group_cost(input_ids.device))
-            if layout.padded_shape != (B, T):
-                raise ValueError(f"packed layout of {layout.padded_shape} for a batch of {(B, T)}")
+        mask = attention_bool_mask(attention_mask, T, self.causal, input_ids.device)
+        if layout is not None:
+            self.check_layout(layout, attention_mask, (B, T),
+                              output_hidden_states or output_attentions)
+        if layout is not None and mask is not None:
             packed_inputs = (layout.unpad(t) for t in  # 3 x (S,)
                              (input_ids, token_type_ids, position_ids.expand(B, T)))
             x = layout.pad(self.forward_varlen(*packed_inputs, layout)[-1])  # (B, T, H)
@@ -278,6 +305,24 @@ class BertModel(PretrainedMixin, nn.Module):
             attentions=tuple(attentions) if attentions is not None else None,
         )
 
+    def check_layout(self, layout: VarlenLayout, attention_mask, shape: tuple[int, int],
+                     want_extras: bool) -> None:
+        """Refuse a layout this call cannot run on (rather than run it padded unasked)."""
+        why = None
+        if self.causal:
+            why = "the model is causal"
+        elif want_extras:
+            why = "hidden states or attention probabilities were asked for"
+        elif _exporting():
+            why = "compiling or exporting (the packed path loops over the layout's groups)"
+        elif attention_mask is None:
+            why = "no attention_mask came with it"
+        elif layout.padded_shape != shape:
+            why = f"it is laid out for {layout.padded_shape}, the batch is {shape}"
+        if why is not None:
+            raise BertkitError(f"the packed forward cannot take this layout: {why}; "
+                               "call without layout=")
+
     def forward_varlen(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
                        position_ids: torch.Tensor, layout: VarlenLayout,
                        hidden_index: list[int] | None = None) -> list[torch.Tensor]:
@@ -292,6 +337,13 @@ class BertModel(PretrainedMixin, nn.Module):
             x = layer.forward_varlen(x, layout)  # (S, H)
             states[i] = x
         return [states[i] for i in hidden_index]
+
+
+def packed_layout(attention_mask: torch.Tensor) -> VarlenLayout:
+    """The layout of a padded batch's real tokens for `forward(..., layout=)`, on the mask's
+    device with that device's attention groups (a training collate builds it on the host with
+    the training device's cost instead, so that the device never reads lengths back)."""
+    return VarlenLayout.from_mask(attention_mask, attention_group_cost(attention_mask.device))
 
 
 def attention_group_cost(device: torch.device) -> float:

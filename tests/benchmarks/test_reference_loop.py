@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from reference_loop import Checkpointing, Recipe, _fit  # noqa: E402
+from reference_loop import Checkpointing, Recipe, fit  # noqa: E402
 
 X = torch.randn(40, 6, generator=torch.Generator().manual_seed(0))
 Y = (X.sum(1) > 0).long()
@@ -43,7 +43,7 @@ def trained(checkpoint=None, recipe=RECIPE, signal_at=None):
             os.kill(os.getpid(), signal.SIGTERM)
         return {"x": X[idx], "labels": Y[idx]}
 
-    _fit(model, make_batch, len(X), recipe, 7, checkpoint)
+    fit(model, make_batch, len(X), recipe, 7, checkpoint)
     return model, len(batches)
 
 
@@ -94,3 +94,18 @@ def test_sigterm_saves_at_the_end_of_the_step_and_the_run_resumes(tmp_path):
     assert steps == 11
     for name, tensor in whole.state_dict().items():
         torch.testing.assert_close(again.state_dict()[name], tensor, rtol=0, atol=0)
+
+
+def test_given_batches_replace_the_shuffled_order():
+    """The stability study's pairing: step s trains on exactly the indices it is given."""
+    torch.manual_seed(1)
+    model, seen = Tiny(), []
+    plan = [[0, 1, 2, 3, 4, 5, 6, 7], [39, 38, 37, 36, 35, 34, 33, 32]] * 5
+    recipe = Recipe(lr=1e-2, epochs=2, batch_size=8)  # 40 examples: 5 steps an epoch, 10 in all
+
+    def make_batch(idx):
+        seen.append(list(idx))
+        return {"x": X[idx], "labels": Y[idx]}
+
+    fit(model, make_batch, len(X), recipe, 7, batches=plan)
+    assert seen == plan

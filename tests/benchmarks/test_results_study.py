@@ -158,7 +158,7 @@ def test_a_stopped_run_keeps_its_state_and_time_and_a_recorded_one_leaves_none(t
     kept = json.loads((run.out.parent / "times.json").read_text())
     assert kept["step"] == 2 and kept["train_s"] >= 0.05
     run.part()
-    assert run.resumes == [False, True]  # claims its own folder the second time
+    assert run.resumes == [False, "auto"]  # continues its own folder the second time
     [rec] = study.read_store(run.args.store)
     assert rec["metrics"] == {"mcc": 0.25} and (rec["task"], rec["seed"]) == ("cola", 0)
     assert rec["resumed"] and rec["timed_whole"] and rec["train_s"] >= 0.1  # both parts

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from bertkit.cli.main import main
+from bertkit.io import LOCK_FILE
 from bertkit.serve.models import load_model
 from tests.training.test_distill import make_teacher, write_sst2
 
@@ -75,3 +76,23 @@ def test_help_shows_the_defaults(capsys):
     assert done.value.code == 0 and "%%" not in text and "(default: None)" not in text
     assert "--temperature TEMPERATURE" in text and "(default: 2.0)" in text
     assert "layers:I,J" in text and "--baseline" in text
+
+
+def test_bare_resume_is_refused_with_nothing_to_resume_and_auto_starts(tmp_path, capsys):
+    """The --resume of the other training commands (cli.common.add_resume): bare, into a new
+    folder, it has nothing to continue and is refused in one line, writing nothing; `--resume
+    auto` starts there, and again finds the finished run kept."""
+    data, teacher = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
+    out = tmp_path / "out"
+    args = ["distill", str(teacher), "--student", "layers:0,2", "--data", str(data), "--output",
+            str(out), "--epochs", "1", "--batch-size", "8", "--precision", "fp32",
+            "--no-progress"]
+    assert main([*args, "--resume"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "nothing to resume" in err and "\n" not in err
+    assert not out.exists()
+    assert main([*args, "--resume", "auto"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert not (out / LOCK_FILE).exists()  # the run folder's lock given up at the end
+    assert main([*args, "--resume", "auto"]) == 0
+    assert json.loads(capsys.readouterr().out) == first

@@ -4,6 +4,8 @@ task, through the CLI; outputs checked for the task's metrics, predictions and H
 from __future__ import annotations
 
 import json
+import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -294,3 +296,95 @@ def test_a_run_killed_inside_an_epoch_resumes_from_save_every_to_the_same_model(
     for name, tensor in load_file(tmp_path / "whole" / "model.safetensors").items():
         torch.testing.assert_close(load_file(tmp_path / "cut" / "model.safetensors")[name],
                                    tensor, rtol=0, atol=0)
+
+
+def test_bare_resume_continues_or_is_refused_and_auto_starts(tiny_model, shared_data, tmp_path,
+                                                             capsys):
+    """docs/scaling.md's table: bare --resume into a new folder (or one whose run saved no
+    checkpoint) has nothing to continue and is refused in one line, writing nothing; `--resume
+    auto` starts there."""
+    glue = ["--data", str(shared_data / "glue")]
+    new = tmp_path / "new"
+    code = main(["finetune", "wnli", "--model", str(tiny_model), "--output", str(new), *glue,
+                 "--max-train-examples", "16", "--epochs", "1", "--no-progress", "--resume"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and "nothing to resume" in err and "\n" not in err
+    assert not new.exists()  # refused before anything was written
+    started = finetune(tiny_model, new, "wnli", [*glue, "--resume", "auto"], n=16)
+    assert started["steps"] >= 1 and (new / "model.safetensors").is_file()
+
+
+def _lock_taken_by_another_process(folder: Path) -> bool:
+    """Whether a separate process can take `folder`'s run lock (io.lock_output_dir's flock)."""
+    import subprocess
+    import sys
+
+    probe = ("import fcntl, sys\nf = open(sys.argv[1], 'a+')\n"
+             "try:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+             "except BlockingIOError:\n    sys.exit(1)\n")
+    return subprocess.run([sys.executable, "-c", probe, str(folder / ".bertkit.lock")],
+                          check=False).returncode == 0
+
+
+def test_the_run_folder_lock_is_held_to_the_end_then_released(tiny_model, shared_data, tmp_path,
+                                                              monkeypatch):
+    """A long-lived process (a study, a grid) keeps no lock per folder it trained: after run_one
+    returns another process can take the folder; until metrics.json is written it cannot."""
+    from bertkit.training import finetune as ft
+
+    out = tmp_path / "run"
+    write_json = ft.write_json
+    held = []
+
+    def checked_write(path, record):
+        held.append(not _lock_taken_by_another_process(out))
+        write_json(path, record)
+
+    monkeypatch.setattr(ft, "write_json", checked_write)
+    finetune(tiny_model, out, "wnli", ["--data", str(shared_data / "glue")], n=16)
+    assert held == [True]  # metrics.json was written under the lock
+    assert _lock_taken_by_another_process(out)
+
+
+def test_a_failure_under_torchrun_stops_together_in_one_line(tiny_model, shared_data, tmp_path,
+                                                             monkeypatch, capsys):
+    """finetune shares pretrain's failure handling (cli.common.run_together): under torchrun a
+    refusal goes through distributed.stop_together, which prints rank 0's one line; and it takes
+    --join-timeout. (The process group itself is faked; test_finetune_ddp runs the real one.)"""
+    from bertkit.training import distributed
+
+    joined, stopped = {}, []
+    monkeypatch.setattr(distributed, "setup", lambda environ, **kw: joined.update(kw))
+    monkeypatch.setattr(distributed, "is_distributed", lambda: True)
+    monkeypatch.setattr(distributed, "is_main", lambda: True)
+    monkeypatch.setattr(distributed, "teardown", lambda: None)
+
+    def stop_together(err):
+        stopped.append(err)
+        return f"{err} (said once)"
+
+    monkeypatch.setattr(distributed, "stop_together", stop_together)
+    out = tmp_path / "run"
+    sigterm = signal.getsignal(signal.SIGTERM)  # a stopping rank ignores it from then on
+    try:
+        code = main(["finetune", "wnli", "--model", str(tiny_model), "--output", str(out),
+                     "--data", str(shared_data / "glue"), "--epochs", "1", "--no-progress",
+                     "--resume", "--join-timeout", "7"])
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and joined["join_timeout"] == 7.0
+    assert len(stopped) == 1 and "nothing to resume" in str(stopped[0]), err
+    assert err == f"bertkit: error: {stopped[0]} (said once)"
+
+
+def test_a_resumed_grid_starts_the_runs_it_had_not_reached(tiny_model, shared_data, tmp_path):
+    """Killed after its first run, a grid resumed with bare --resume keeps that run and starts
+    the next (each run of a resumed grid continues or starts, as `--resume auto`)."""
+    out = tmp_path / "grid"
+    args = ["--data", str(shared_data / "glue"), "--seeds", "2"]
+    first = finetune(tiny_model, out, "wnli", args, n=16)
+    shutil.rmtree(out / "runs" / "lr0.0001-ep1-seed1")  # as if killed before it began
+    (out / "metrics.json").unlink()
+    again = finetune(tiny_model, out, "wnli", [*args, "--resume"], n=16)
+    assert again["grid"] == first["grid"]

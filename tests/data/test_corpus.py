@@ -14,12 +14,12 @@ from bertkit.data.chunks import chunk_documents
 from bertkit.data.corpus import (
     CorpusStats,
     Document,
-    check_output_outside,
     read_corpus,
     sniff_format,
 )
 from bertkit.data.sentences import split_sentences
 from bertkit.errors import BertkitError
+from bertkit.io import check_output_outside
 
 
 def _read(paths, fmt="auto"):

@@ -3,6 +3,7 @@ that stop and continue, the lock, the gain's standard error, the report."""
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing
 
@@ -104,3 +105,35 @@ def test_selected_lr_skips_collapsed_runs(tmp_path):
     cells.put(cells.key("random@lr0.001", "sst2", ft.selection_seed),
               {"score": 70.0, "collapsed": True})
     assert curve.selected_lr(cells, ft, "random") == 1e-4
+
+
+def test_report_rewrites_only_the_block_between_the_markers(tmp_path):
+    page = tmp_path / "pretraining.md"
+    page.write_text(f"# Title\n\nprose before\n\n{curve.CURVE_BEGIN}\nold table\n"
+                    f"{curve.CURVE_END}\n\nprose after\n")
+    rows = [{"budget": "1h", "cpu_hours": 1.0, "step": 7, "tokens": 2e6, "mlm_acc": 0.3,
+             "scores": [80.0, 82.0], "random": [75.0, 77.0], "gain": 5.0, "gain_se": 1.4}]
+    curve.write_report(tmp_path, rows, curve.FinetuneSettings(), ["1h: step 7"])
+    text = page.read_text()
+    assert "old table" not in text and text.startswith("# Title\n\nprose before\n\n")
+    assert text.endswith(f"{curve.CURVE_END}\n\nprose after\n")
+    assert "| 1h | 1.00 | 7 | 2.0M | 30.0 | 81.0 ± 1.4 | 76.0 ± 1.4 | +5.0 ± 1.4 | 2 |" in text
+    assert "- 1h: step 7" in text and (tmp_path / "pretrain_curve.json").is_file()
+    page.write_text(f"{curve.CURVE_BEGIN}\nno end\n")
+    with pytest.raises(BertkitError, match="without"):
+        curve.write_report(tmp_path, rows, curve.FinetuneSettings(), [])
+
+
+def test_the_demo_report_states_what_the_curve_measured(tmp_path):
+    from bertkit.studies.demo_report import curve_lines
+
+    record = tmp_path / "pretrain_curve.json"
+    assert "not found" in curve_lines(record)[0]
+    rows = [{"budget": "1h", "tokens": 2e6, "mlm_acc": 0.1, "gain": -1.0, "gain_se": 1.0},
+            {"budget": "4h", "tokens": 8e6, "mlm_acc": 0.3, "gain": 3.0, "gain_se": 1.0}]
+    record.write_text(json.dumps({"rows": rows[:1], "status": []}))
+    assert curve_lines(record)[-1].startswith("No budget measured so far (up to 1h) pays")
+    record.write_text(json.dumps({"rows": rows, "status": []}))
+    lines = curve_lines(record)
+    assert lines[-1] == "Own pre-training first paid at 4h of CPU (+3.0 ± 1.0 points)."
+    assert "| 4h | 8.0M | 30.0% | +3.0 ± 1.0 |" in lines[2]  # the table

@@ -17,6 +17,7 @@ from bertkit.errors import BertkitError
 from bertkit.heads import BertForSequenceClassification, BertForTokenClassification
 from bertkit.model import BertModel
 from bertkit.tasks import get_task
+from bertkit.tasks.glue import GlueTask, TextExample
 from bertkit.tokenization import BertTokenizer
 from bertkit.training import distill, loop
 from bertkit.training.distill import (
@@ -255,7 +256,75 @@ def test_regression_with_a_pretrained_folder_student(tmp_path):
     assert BertConfig.load(tmp_path / "out").hidden_size == 8
 
 
-def test_token_tagging_is_distilled_at_first_word_pieces(tmp_path):
+def test_teacher_features_pair_with_the_students_by_example(tmp_path, monkeypatch):
+    """A folder student has its own tokenizer, so the teacher's features are made apart. Here
+    the teacher's featurize returns them reversed: each student feature still trains on the
+    teacher's logits for its own text; and a teacher side that lost an example is refused,
+    naming the example and both counts, before the output folder is made."""
+    data, teacher_dir = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
+    torch.manual_seed(1)
+    BertModel(tiny_config(hidden_size=8, num_hidden_layers=1)).save_pretrained(tmp_path / "pre")
+    tokenizer().save_pretrained(tmp_path / "pre")
+    teacher_tok, drop = [], []
+    load, featurize, train = distill.load_teacher, GlueTask.featurize, distill.train
+
+    def load_and_keep(task, path):
+        model, tok = load(task, path)
+        teacher_tok.append(tok)
+        return model, tok
+
+    def reversed_for_the_teacher(self, examples, tok, *args, **kwargs):
+        features = featurize(self, examples, tok, *args, **kwargs)
+        if tok is not teacher_tok[-1] or len(examples) != 24:
+            return features
+        return [f for f in features[::-1] if f["example_index"] not in drop]
+
+    trained = []
+
+    def train_and_keep(objective, features, *args, **kwargs):
+        trained.extend(features)
+        return train(objective, features, *args, **kwargs)
+
+    monkeypatch.setattr(distill, "load_teacher", load_and_keep)
+    monkeypatch.setattr(GlueTask, "featurize", reversed_for_the_teacher)
+    monkeypatch.setattr(distill, "train", train_and_keep)
+    run_distill(config(tmp_path / "out", teacher_dir, data, student=str(tmp_path / "pre")))
+    teacher = BertForSequenceClassification.from_pretrained(teacher_dir).eval()
+
+    def logits(feature):
+        with torch.no_grad():
+            return teacher(**{k: torch.tensor([feature[k]]) for k in
+                              ("input_ids", "token_type_ids", "attention_mask")}).logits
+
+    # a random teacher's logits are small (~3e-3) and close together: the same text gives the
+    # same logits to ~1e-9, another text differs by > 8e-7 (so a wrong pairing fails here)
+    assert [f["example_index"] for f in trained] == list(range(24))
+    for i, feature in enumerate(trained):
+        torch.testing.assert_close(feature["teacher"], logits(feature), rtol=0, atol=2e-7)
+        assert not torch.allclose(feature["teacher"], logits(trained[23 - i]), rtol=0, atol=2e-7)
+
+    drop.append(5)
+    with pytest.raises(BertkitError, match=r"train.tsv:7: 1 student feature\(s\) but 0 teacher "
+                       r"feature\(s\) \(the transfer set: 24 student, 23 teacher"):
+        run_distill(config(tmp_path / "lost", teacher_dir, data, student=str(tmp_path / "pre")))
+    assert not (tmp_path / "lost").exists()
+
+
+def test_targets_and_features_must_pair_one_to_one():
+    features = [{"input_ids": [2, 5, 3], "example_index": i} for i in range(3)]
+    with pytest.raises(BertkitError, match="3 student training features but 2 teacher outputs"):
+        distill.with_targets(features, [torch.zeros(1, 2)] * 2)
+    examples = [TextExample(str(i), "a", None, None, f"x.tsv:{i + 2}") for i in range(3)]
+    shuffled = [features[2], features[0], features[1]]
+    assert distill.align_teacher([0, 1, 2], shuffled, examples) == features
+    assert distill.align_teacher([2, 0], shuffled, examples) == [features[2], features[0]]
+    with pytest.raises(BertkitError, match=r"x.tsv:3: 2 student feature\(s\) but 1 teacher"):
+        distill.align_teacher([0, 1, 1], features, examples)
+    with pytest.raises(BertkitError, match=r"x.tsv:2: 1 student feature\(s\) but 2 teacher"):
+        distill.align_teacher([0], features + [features[0]], examples)
+
+
+def test_token_tagging_is_distilled_at_first_word_pieces(tmp_path, monkeypatch):
     conll = tmp_path / "conll"
     conll.mkdir()
     for split in ("train", "valid"):
@@ -263,9 +332,27 @@ def test_token_tagging_is_distilled_at_first_word_pieces(tmp_path):
         (conll / f"{split}.txt").write_text("\n".join(sentences), encoding="utf-8")
     labels = get_task("conll2003").discover_labels(get_task("conll2003").read(conll / "train.txt"))
     teacher = make_teacher(tmp_path, "conll2003", BertForTokenClassification, labels)
+    batches = []
+    collate = distill.distill_collate
+
+    def seen(task, features):
+        batch = collate(task, features)
+        batches.append((features, batch))
+        return batch
+
+    monkeypatch.setattr(distill, "distill_collate", seen)
     results = run_distill(config(tmp_path / "out", teacher, conll, task="conll2003",
                                  student="layers:2"))
     assert results["metric"] == "f1" and results["steps"] == 4
+    assert len(batches) == 4
+    for features, batch in batches:  # the teacher's logits at each word's first piece, only
+        mask = batch["teacher_mask"]
+        assert int(mask.sum()) == sum(len(f["word_starts"]) for f in features) == 3 * len(features)
+        for row, f in zip(mask, features):
+            assert row.nonzero().flatten().tolist() == f["word_starts"]
+        assert batch["teacher_logits"][~mask].abs().sum() == 0
+        assert bool((batch["teacher_logits"][mask].abs().sum(-1) > 0).all())
+    assert results["final_loss"] > 0  # an empty mask would score nothing: a loss of 0
 
 
 def test_labels_other_than_the_teachers_are_refused(tmp_path):

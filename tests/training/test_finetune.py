@@ -127,11 +127,13 @@ def test_training_batches_are_packed_where_the_loss_allows_and_not_grouped_by_le
     assert c.packed and not c.group_by_length  # grouped batches are not i.i.d. (issue 19)
     classifier = load_model(sst2, tiny_dir, ["neg", "pos"], c)
     batch = training_collate(sst2, classifier, c)(features)
-    layout = batch["packed"]  # built on the host from the collate's mask (no device read-back)
+    layout = batch["layout"]  # built on the host from the collate's mask (no device read-back)
     assert isinstance(layout, VarlenLayout) and batch["input_ids"].shape == (2, 5)
     assert layout.padded_shape == (2, 5) and layout.cu_seqlens.tolist() == [0, 5, 8]
     assert layout.indices.tolist() == [5, 6, 7, 8, 9, 0, 1, 2]  # longest first
-    assert "packed" not in training_collate(sst2, classifier, cfg(packed=False))(features)
+    assert "layout" not in training_collate(sst2, classifier, cfg(packed=False))(features)
+    compiled = cfg(train={"compile": True})  # the compiled graph is the padded forward's
+    assert "layout" not in training_collate(sst2, classifier, compiled)(features)
     assert training_collate(squad, load_model(squad, tiny_dir, None, c), c) == squad.collate
     assert feature_lengths(features) == [3, 5]
     assert feature_lengths([{"input_ids": [[1, 2], [1, 2, 3, 4]]}]) == [4]  # multiple choice

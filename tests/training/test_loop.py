@@ -367,9 +367,9 @@ def test_packed_fine_tuning_steps_read_nothing_back_either(tmp_path, monkeypatch
     # the collate cuts the layout by the cost it is given (the CPU's GROUP_COST or a device's
     # infinite one): free cuts give one group per distinct length, infinite cost one group
     lengths = {len(it["input_ids"]) for it in data[:8]}
-    assert len(packed_batch(pad, 0.0, data[:8])["packed"].groups) == len(lengths) > 1
-    assert len(packed_batch(pad, float("inf"), data[:8])["packed"].groups) == 1
-    cpu_cut = packed_batch(pad, GROUP_COST, data[:8])["packed"].groups  # the CPU's cut:
+    assert len(packed_batch(pad, 0.0, data[:8])["layout"].groups) == len(lengths) > 1
+    assert len(packed_batch(pad, float("inf"), data[:8])["layout"].groups) == 1
+    cpu_cut = packed_batch(pad, GROUP_COST, data[:8])["layout"].groups  # the CPU's cut:
     assert cpu_cut[0].first == 0 and cpu_cut[-1].last == 8  # every sequence, in order
     assert all(a.last == b.first for a, b in zip(cpu_cut, cpu_cut[1:]))
 

@@ -19,10 +19,13 @@ from bertkit.data.instances import InstanceConfig
 from bertkit.data.prepare import PrepareConfig, prepare
 from bertkit.data.shards import ShardDataset
 from bertkit.heads import BertForPreTraining
+from bertkit.io import LOCK_FILE
 from bertkit.studies.report import read_run_metrics
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.trainer import TrainerConfig, save_vocab, train_from_texts
-from bertkit.training.pretrain import ltr_targets, make_collate
+from bertkit.training.loop import TrainConfig
+from bertkit.training.pretrain import ltr_targets, make_collate, phase2_config
+from bertkit.training.state import CHECKPOINTS, STATE_FILE
 
 SEQ = 64
 
@@ -124,6 +127,7 @@ def test_ltr_causal_mask_hides_the_future():
     config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=16)
     model = BertForPreTraining(config).eval()
+    model.bert.causal = True  # as `build_model` makes ltr's
     ids = torch.randint(5, 50, (2, 10))
     batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids),
              "attention_mask": torch.ones_like(ids)}
@@ -132,7 +136,8 @@ def test_ltr_causal_mask_hides_the_future():
     with torch.no_grad():
         a = model(**ltr_targets(batch)).mlm_logits  # (B, T-1, V): prediction of token t+1
         b = model(**ltr_targets({**batch, "input_ids": changed})).mlm_logits
-        bidi = model(**{**ltr_targets({**batch, "input_ids": changed}), "causal": False})
+        model.bert.causal = False
+        bidi = model(**ltr_targets({**batch, "input_ids": changed}))
     torch.testing.assert_close(a[:, :6], b[:, :6])  # positions before the change: unchanged
     assert not torch.allclose(a[:, 6:], b[:, 6:])
     assert not torch.allclose(bidi.mlm_logits[:, :6], b[:, :6])  # without the mask they see it
@@ -195,6 +200,25 @@ def test_bad_input_gets_one_clear_line(corpus, tmp_path, capsys):
     assert "prepared for objective 'mlm+nsp'" in err
 
 
+def test_a_refused_resume_writes_nothing(corpus, tmp_path, capsys):
+    """Bare --resume into a new folder has nothing to continue: refused before the folder (and
+    its marker, which would make it an earlier run) is made."""
+    out = tmp_path / "new"
+    assert "nothing to resume" in failing(capsys, ["--resume", "--max-steps", "1"], corpus, out)
+    assert not out.exists()
+
+
+def test_phase2_resumes_only_from_a_saved_checkpoint(tmp_path):
+    """A kill during phase 2's first save leaves phase2/checkpoints empty (or a step folder
+    without its state): phase 1 is not skipped then, or phase 2 would train a fresh model."""
+    cfg = TrainConfig(output_dir=str(tmp_path), max_steps=10, resume="auto")
+    step = tmp_path / "phase2" / CHECKPOINTS / "step-4"
+    step.mkdir(parents=True)
+    assert phase2_config(cfg, tmp_path, 5).resume is False
+    (step / STATE_FILE).write_bytes(b"")
+    assert phase2_config(cfg, tmp_path, 5).resume == "auto"
+
+
 def test_two_phases_then_continued_pretraining_with_init(corpus, tmp_path):
     out = tmp_path / "phases"
     assert pretrain(corpus, out, "--max-steps", "20", "--log-every", "5", "--eval-holdout", "0",
@@ -202,6 +226,8 @@ def test_two_phases_then_continued_pretraining_with_init(corpus, tmp_path):
     assert [r["step"] for r in records(out)] == [5, 10, 15, 20]
     assert [r["step"] for r in records(out / "phase2")] == [4]
     assert [r["step"] for r in read_run_metrics(out)] == [5, 10, 15, 20, 24]
+    # both folders' locks given up at the end (io.release_output_dir removes the lock file)
+    assert not (out / LOCK_FILE).exists() and not (out / "phase2" / LOCK_FILE).exists()
     # --resume after both phases finished: phase 1 is skipped, phase 2 has nothing left to do.
     assert pretrain(corpus, out, "--max-steps", "20", "--eval-holdout", "0", "--resume",
                     "--phase2-data", str(corpus["dynamic"]), "--phase2-steps", "4") == 0
@@ -224,7 +250,7 @@ def test_objectives_shape_the_batch(corpus):
     assert "next_sentence_label" not in mlm
     assert torch.equal(mlm["masked_lm_positions"], both["masked_lm_positions"])
     ltr = make_collate(dataset, "ltr", None, 0)(items, range(len(items)))
-    assert ltr["causal"] is True and "next_sentence_label" not in ltr
+    assert "causal" not in ltr and "next_sentence_label" not in ltr  # the model is causal
     assert not (ltr["input_ids"] == mask_id).any()  # the original text, restored
     rows = torch.arange(6).unsqueeze(1)
     restored = ltr["input_ids"][rows, both["masked_lm_positions"]]  # (B, P)

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from bertkit.errors import BertkitError
+from bertkit.training import distributed
+from bertkit.training.signals import terminate_as_interrupt
 from bertkit.training.state import RESUME_AUTO
 
 DATA_ENV = "BERTKIT_DATA"
@@ -36,11 +41,38 @@ def add_loader_workers(p: argparse.ArgumentParser) -> None:
 
 
 def add_resume(p: argparse.ArgumentParser) -> None:
-    """--resume [auto], for the commands that train (pretrain, finetune): the bare flag must
-    continue, no flag must start fresh, `auto` does whichever the folder calls for, so that a
-    launcher that restarts a job (torchrun --max-restarts, a Slurm requeue) repeats one line."""
+    """--resume [auto], for the commands that train (pretrain, finetune, distill): the bare
+    flag must continue, no flag must start fresh, `auto` does whichever the folder calls for, so
+    that a launcher that restarts a job (torchrun --max-restarts, a Slurm requeue) repeats one
+    line."""
     p.add_argument("--resume", nargs="?", const=True, default=False, choices=[RESUME_AUTO],
                    metavar="auto",
                    help="continue the run in --output from its last checkpoint; `--resume auto`: "
                    "continue when it has one, start when it has none (a restarted job's one "
                    "command line); another run's folder (other settings) is refused either way")
+
+
+def add_join_timeout(p: argparse.ArgumentParser) -> None:
+    """--join-timeout, for the commands that train under torchrun (pretrain, finetune)."""
+    p.add_argument("--join-timeout", type=float, default=distributed.JOIN_TIMEOUT,
+                   metavar="SECONDS", help="under torchrun: how long the processes may take to "
+                   "join the process group before every one ends with an error")
+
+
+def run_together(work: Callable[[], int]) -> int:
+    """Run a training command's `work` in this process (joined by `distributed.setup`), then
+    leave the process group. Under torchrun a failure stops every process with one line from
+    rank 0 (`distributed.stop_together`), a peer's end (torchrun's SIGTERM) included; alone,
+    the error is raised as it came."""
+    try:
+        with terminate_as_interrupt():
+            return work()
+    except (BertkitError, RuntimeError, KeyboardInterrupt) as err:
+        if distributed.is_distributed():  # stopping now: torchrun's SIGTERM must not cut it short
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        line = distributed.stop_together(err)  # one process, or Ctrl-C: raised again for main
+        if line is not None:
+            print(f"bertkit: error: {line}", file=sys.stderr)
+        return 1
+    finally:
+        distributed.teardown()

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from bertkit.cli.common import add_loader_workers
+from bertkit.cli.common import add_loader_workers, add_resume
 from bertkit.cli.finetune_cmds import _columns, _common, _feature_options
 from bertkit.config import PRESETS
 from bertkit.tasks import ColumnSpec
@@ -92,7 +92,7 @@ def _training_options(p: argparse.ArgumentParser) -> None:
                    help="steps between resumable states (default 0: one per epoch)")
     p.add_argument("--keep-training-state", action="store_true",
                    help="keep checkpoints/ of a finished run (default: only the model)")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    add_resume(p)
 
 
 def distill_config(args: argparse.Namespace) -> DistillConfig:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from bertkit.cli.common import add_loader_workers, add_resume
+from bertkit.cli.common import add_join_timeout, add_loader_workers, add_resume, run_together
 from bertkit.errors import BertkitError
 from bertkit.inference.finetuned import evaluate_model, predict_examples, task_of
 from bertkit.io import atomic_write_text, check_new_file, claim_output_dir
@@ -101,6 +101,7 @@ def _add_finetune(subparsers) -> None:
     p.add_argument("--keep-training-state", action="store_true",
                    help="keep checkpoints/ of finished runs (default: only the model)")
     add_resume(p)
+    add_join_timeout(p)
     _common(p)
     p.set_defaults(func=finetune_cmd)
 
@@ -216,18 +217,19 @@ def finetune_cmd(args: argparse.Namespace) -> int:
                                "under torchrun fine-tune one setting per launch")
         return 1
     check_data(build_task(cfg), cfg)
-    distributed.setup(os.environ, device=args.device)
+    distributed.setup(os.environ, device=args.device, join_timeout=args.join_timeout)
     if not distributed.is_main():
         # every rank reads the same data: rank 0's warnings are everyone's, said once
         logging.getLogger().setLevel(logging.ERROR)
-    try:
+
+    def work() -> int:
         metrics = run_one(cfg) if not grid else run_grid(cfg, lrs, epochs, seeds)
         if distributed.is_main():  # the other ranks hold no dev metrics (run_one)
             print(json.dumps({k: v for k, v in metrics.items() if k != "grid"}, indent=2,
                              default=str))
-    finally:
-        distributed.teardown()
-    return 0
+        return 0
+
+    return run_together(work)
 
 
 def _launched_processes(environ: Mapping[str, str]) -> int:

@@ -6,11 +6,12 @@ import argparse
 import os
 
 from bertkit.data.chunks import ChunkConfig, default_max_predictions
-from bertkit.data.corpus import FORMATS, Fields, check_output_outside
+from bertkit.data.corpus import FORMATS, Fields
 from bertkit.data.instances import SHARD_OBJECTIVES, InstanceConfig
 from bertkit.data.parts import merge_parts, parse_part, prepare_part
 from bertkit.data.prepare import PrepareConfig, prepare
 from bertkit.errors import BertkitError
+from bertkit.io import check_output_outside
 from bertkit.tokenization import BertTokenizer
 
 

@@ -6,19 +6,15 @@ import argparse
 import json
 import logging
 import os
-import signal
-import sys
 from pathlib import Path
 
-from bertkit.cli.common import add_loader_workers, add_resume
-from bertkit.errors import BertkitError
+from bertkit.cli.common import add_join_timeout, add_loader_workers, add_resume, run_together
 from bertkit.inference.pretraining import fill_mask, is_next_probability, load_pretraining_model
 from bertkit.studies.report import plot_run
 from bertkit.training import distributed
 from bertkit.training.loop import PRECISIONS
 from bertkit.training.optim import OPTIMIZERS, SCHEDULES
 from bertkit.training.pretrain import OBJECTIVES, PretrainConfig, pretrain_train_config, run_pretraining
-from bertkit.training.signals import terminate_as_interrupt
 
 PRETRAIN_DEFAULTS = PretrainConfig(data="")  # the defaults, defined once in the library
 TRAIN_DEFAULTS = PRETRAIN_DEFAULTS.train
@@ -91,9 +87,7 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default=TRAIN_DEFAULTS.device)
     add_loader_workers(p)
     add_resume(p)
-    p.add_argument("--join-timeout", type=float, default=distributed.JOIN_TIMEOUT,
-                   metavar="SECONDS", help="under torchrun: how long the processes may take to "
-                   "join the process group before every one ends with an error")
+    add_join_timeout(p)
     p.add_argument("--no-progress", dest="progress", action="store_false")
     p.add_argument("--tensorboard", action="store_true",
                    help="also log to OUTPUT/tensorboard (needs: pip install tensorboard)")
@@ -110,18 +104,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
     distributed.setup(os.environ, device=args.device, join_timeout=args.join_timeout)
     if not distributed.is_main():
         logging.getLogger().setLevel(logging.WARNING)  # rank 0 alone reports progress
-    try:
-        with terminate_as_interrupt():
-            return _pretrain(args)
-    except (BertkitError, RuntimeError, KeyboardInterrupt) as err:
-        if distributed.is_distributed():  # stopping now: torchrun's SIGTERM must not cut it short
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        line = distributed.stop_together(err)  # one process, or Ctrl-C: raised again for main
-        if line is not None:
-            print(f"bertkit: error: {line}", file=sys.stderr)
-        return 1
-    finally:
-        distributed.teardown()
+    return run_together(lambda: _pretrain(args))
 
 
 def _pretrain(args: argparse.Namespace) -> int:

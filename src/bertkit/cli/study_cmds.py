@@ -10,7 +10,6 @@ import torch
 
 from bertkit.cli.common import data_root
 from bertkit.studies import curve
-from bertkit.studies.report import write_markdown
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +62,9 @@ def run(args: argparse.Namespace) -> int:
         print(curve.report_markdown(rows, ft))
         if args.report:
             args.report.mkdir(parents=True, exist_ok=True)
-            write_markdown(args.report / "pretrain_curve.md", curve.report_markdown(rows, ft))
             curve.plot_curve(rows, args.report / "pretrain_curve.png")
+            page = curve.write_report(args.report, rows, ft, curve.status_lines(store))
+            print(f"wrote {page} and {args.report / 'pretrain_curve.png'}")
         return 0
     if args.finetune:
         with curve.study_lock(work, "finetune"):

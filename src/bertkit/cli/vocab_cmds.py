@@ -7,9 +7,9 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-from bertkit.data.corpus import Fields, check_output_outside
+from bertkit.data.corpus import Fields
 from bertkit.errors import BertkitError
-from bertkit.io import claim_output_dir
+from bertkit.io import check_output_outside, claim_output_dir
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.counting import (
     VocabQuality,

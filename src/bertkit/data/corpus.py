@@ -361,17 +361,6 @@ def expand_folders(paths: Iterable[Path]) -> Iterator[Path]:
         yield from files
 
 
-def check_output_outside(output: str | Path, inputs: Iterable[str | Path]) -> None:
-    """A folder given as input stands for every file under it, so an output folder inside it
-    would be read back as input by the next run (its own shards or vocabulary as corpus)."""
-    out = Path(output).resolve()
-    for given in inputs:
-        folder = Path(given)
-        if folder.is_dir() and folder.resolve() in out.parents:
-            raise BertkitError(f"--output {output} is inside the input folder {given}, whose "
-                               "every file is read as corpus; write to a folder outside it")
-
-
 def _folder_files(folder: Path) -> Iterator[Path]:
     dataset = columnar.dataset_folder_files(folder)
     if dataset is not None:

@@ -22,7 +22,7 @@ they finish). A lock keeps two sittings from writing one folder.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
+import json
 import logging
 import math
 import os
@@ -39,10 +39,18 @@ from bertkit.data.chunks import ChunkConfig, default_max_predictions
 from bertkit.data.instances import InstanceConfig
 from bertkit.data.prepare import PrepareConfig, prepare
 from bertkit.errors import BertkitError
+from bertkit.io import atomic_write_text, lock_output_dir, release_output_dir
 from bertkit.metrics import mean_std
 from bertkit.studies import pipeline
 from bertkit.studies.ablate import task_files
-from bertkit.studies.report import format_mean_std, markdown_table, pyplot, read_records, save_figure
+from bertkit.studies.report import (
+    format_mean_std,
+    markdown_table,
+    pyplot,
+    read_records,
+    save_figure,
+    write_markdown,
+)
 from bertkit.studies.results import ResultsStore
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.finetune import FinetuneConfig, finetune_train_config
@@ -107,20 +115,20 @@ def machine() -> dict[str, Any]:
 
 @contextmanager
 def study_lock(work: Path, part: str) -> Iterator[None]:
-    """One sitting of each part (pre-training, fine-tuning) at a time in a work folder
-    (released by the OS if the process dies)."""
-    work.mkdir(parents=True, exist_ok=True)
-    handle = open(work / f".lock-{part}", "a+", encoding="utf-8")  # noqa: SIM115 - held while we run
+    """One sitting of each part (pre-training, fine-tuning) at a time in a work folder: the
+    run-folder lock (`io.lock_output_dir`: released by the OS if the process dies) on a folder
+    of the part's own, which no run inside the sitting takes or releases."""
+    folder = work / f"sitting-{part}"
+    folder.mkdir(parents=True, exist_ok=True)
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError as err:
-        handle.close()
-        raise BertkitError(f"{work}: another {part} sitting of this study is running (it "
-                           f"holds {work / f'.lock-{part}'}); wait for it or stop it") from err
+        lock_output_dir(folder)
+    except BertkitError as err:
+        raise BertkitError(f"{work}: another {part} sitting of this study is running ({err})"
+                           ) from None
     try:
         yield
     finally:
-        handle.close()
+        release_output_dir(folder)
 
 
 def open_store(work: Path, settings: CurveSettings) -> ResultsStore:
@@ -402,3 +410,27 @@ def plot_curve(rows: Sequence[dict[str, Any]], png: Path) -> Path | None:
               ylabel="gain over random init (points, ± 2 SE)")
     fig.tight_layout()
     return save_figure(fig, plt, png)
+
+
+CURVE_BEGIN, CURVE_END = "<!-- curve:begin -->", "<!-- curve:end -->"
+
+
+def write_report(folder: Path, rows: Sequence[dict[str, Any]], ft: FinetuneSettings,
+                 status: Sequence[str]) -> Path:
+    """The table and the run's status into `folder/pretraining.md` between its curve markers
+    (the page's prose around them is kept), or into `folder/pretrain_curve.md` when there is
+    no such page."""
+    block = "\n".join([CURVE_BEGIN, "", report_markdown(rows, ft), "",
+                       "Recorded points (`--status`):", "", *(f"- {line}" for line in status),
+                       "", CURVE_END])
+    # the records behind the table, beside it: a later sitting on a machine that lost the work
+    # folder still has them (and the settings and machines they were made with)
+    atomic_write_text(folder / "pretrain_curve.json", json.dumps(
+        {"rows": list(rows), "status": list(status)}, indent=1, default=str) + "\n")
+    page = folder / "pretraining.md"
+    if page.is_file() and CURVE_BEGIN in (text := page.read_text(encoding="utf-8")):
+        head, _, rest = text.partition(CURVE_BEGIN)
+        if CURVE_END not in rest:
+            raise BertkitError(f"{page}: {CURVE_BEGIN} without {CURVE_END}")
+        return write_markdown(page, head + block + rest.partition(CURVE_END)[2])
+    return write_markdown(folder / "pretrain_curve.md", block)

@@ -111,6 +111,7 @@ def seconds_per_step(recipe: PretrainConfig, config: BertConfig, shards: str | o
     def timed(steps: int, out: Path) -> float:
         torch.manual_seed(0)
         model = model_class(recipe.objective)(config)
+        model.bert.causal = recipe.objective == "ltr"  # as `pretrain.build_model`'s
         cfg = dataclasses.replace(recipe.train, output_dir=str(out), max_steps=steps,
                                   warmup_steps=0, warmup_ratio=None, eval_every=0, save_every=0,
                                   log_every=steps, progress=False, resume=False)

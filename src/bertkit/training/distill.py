@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import inspect
 import json
 import logging
 import math
@@ -47,25 +45,40 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertkit.checkpoint import WEIGHTS_NAME, check_model_dir, check_vocab
+from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.config import PRESETS, BertConfig
 from bertkit.data.corpus import FORMATS as CORPUS_FORMATS
-from bertkit.data.corpus import CorpusStats, read_corpus
-from bertkit.data.sentences import split_sentences
 from bertkit.errors import BertkitError
-from bertkit.heads import HeadOutput
 from bertkit.inference.finetuned import load_for, task_of
-from bertkit.io import atomic_path, check_output_dir, claim_output_dir
+from bertkit.io import check_output_dir, claim_output_dir, release_output_dir
 from bertkit.model import BertModel, attention_group_cost
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task
 from bertkit.tasks.base import run_model
 from bertkit.tasks.feature_based import HEAD_KEY
-from bertkit.tasks.inputs import read_input
 from bertkit.tokenization import BertTokenizer
+from bertkit.training.distill_loss import (
+    IGNORE,
+    DistillationObjective,
+    distillation_loss,
+    masked_mean,
+    soft_cross_entropy,
+)
+from bertkit.training.distill_targets import (
+    CACHE_NAME,
+    align_teacher,
+    cached_teacher_outputs,
+    check_pairs,
+    compute_teacher_outputs,
+    corpus_examples,
+    distill_collate,
+    fingerprint,
+    no_label,
+    read_unlabelled,
+    teacher_targets,
+    with_targets,
+)
 from bertkit.training.finetune import (
     TASK_KEY,
     FinetuneConfig,
@@ -83,18 +96,25 @@ from bertkit.training.finetune import (
 )
 from bertkit.training.hardware import resolve_device, resolve_precision
 from bertkit.training.loop import train
-from bertkit.training.state import list_checkpoints
+from bertkit.training.state import RESUME_AUTO, resolve_resume
 from bertkit.training.stream import stream_seed
+
+# The loss lives in training/distill_loss.py, the transfer set and the teacher's outputs in
+# training/distill_targets.py; their names are imported from here too, with the run's.
+__all__ = ["CACHE_NAME", "IGNORE", "DistillConfig", "DistillationObjective", "StudentSpec",
+           "UNLABELLED_FORMATS", "align_teacher", "build_student", "cached_teacher_outputs",
+           "check_pairs", "compute_teacher_outputs", "corpus_examples", "distill_collate",
+           "distillation_loss", "fingerprint", "masked_mean", "no_label", "parse_student",
+           "read_unlabelled", "resolve_task", "run_distill", "soft_cross_entropy",
+           "teacher_targets", "with_targets"]
 
 log = logging.getLogger(__name__)
 
 DISTILL_MARKER = "distill_config.json"  # written first: marks a folder as a distillation run
-CACHE_NAME = "teacher_outputs.safetensors"
 RESULTS_NAME = "results.json"
 STUDENT_INIT = "student_init"
 BASELINE = "baseline"
 HEADS = ("BertForSequenceClassification", "BertForTokenClassification")  # soft targets
-IGNORE = -100  # hard label of an example only the teacher labels (classification, tagging)
 UNLABELLED_FORMATS = ("lines", *CORPUS_FORMATS)  # lines: what `predict` reads; else `prepare`'s
 
 
@@ -226,192 +246,6 @@ def student_tokenizer(spec: StudentSpec, folder: Path, teacher_tok: BertTokenize
     return BertTokenizer.from_pretrained(folder) if spec.kind == "folder" else teacher_tok
 
 
-# --- the loss ----------------------------------------------------------------------------------
-
-
-def soft_cross_entropy(student: torch.Tensor, teacher: torch.Tensor,
-                       temperature: float) -> torch.Tensor:
-    """(..., L) logits -> (...): T² x Σ_c -softmax(teacher/T)_c · log_softmax(student/T)_c.
-    Its gradient is the KL divergence's; it differs from it by the teacher's entropy, a constant."""
-    targets = F.softmax(teacher.float() / temperature, dim=-1)
-    log_probs = F.log_softmax(student.float() / temperature, dim=-1)
-    return -(targets * log_probs).sum(-1) * temperature**2
-
-
-def masked_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Σ w·v / Σ w, 0 where no weight: a batch of unlabelled texts has no hard loss. No host
-    sync (the loop keeps the device running ahead)."""
-    weights = weights.to(values.dtype)
-    return (values * weights).sum() / weights.sum().clamp(min=1.0)
-
-
-def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor,
-                      scored: torch.Tensor, temperature: float, alpha: float,
-                      regression: bool) -> torch.Tensor:
-    """alpha x soft + (1 - alpha) x hard, each a mean over the scored rows.
-
-    student, teacher: (R, L) logits of R rows (examples, or tokens for tagging); labels (R,):
-    class ids with IGNORE where none, or scores with NaN where none (regression); scored (R,):
-    the rows the teacher has an output for (tagging: first word pieces)."""
-    if regression:
-        soft = (student.float() - teacher.float()).pow(2).squeeze(-1)  # (R,)
-        has_label = ~torch.isnan(labels)
-        hard = (student.float().squeeze(-1) - torch.nan_to_num(labels.float())).pow(2)
-    else:
-        soft = soft_cross_entropy(student, teacher, temperature)  # (R,)
-        has_label = labels != IGNORE
-        hard = F.cross_entropy(student.float(), labels.long().clamp(min=0), reduction="none")
-    return alpha * masked_mean(soft, scored) + (1 - alpha) * masked_mean(hard, has_label & scored)
-
-
-class DistillationObjective(nn.Module):
-    """The student with the distillation loss as its `.loss`: what the loop trains. Without
-    teacher logits (evaluation) it is the student alone."""
-
-    def __init__(self, student: nn.Module, temperature: float, alpha: float, regression: bool):
-        super().__init__()
-        self.student = student
-        self.temperature, self.alpha, self.regression = temperature, alpha, regression
-
-    def forward(self, teacher_logits: torch.Tensor | None = None,
-                teacher_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                **inputs: Any) -> HeadOutput:
-        logits = self.student(**inputs).logits  # (B, L), or (B, T, L) for tagging
-        if teacher_logits is None:
-            return HeadOutput(None, logits)
-        L = logits.shape[-1]
-        scored = (teacher_mask.reshape(-1) if teacher_mask is not None
-                  else torch.ones(logits.shape[0], dtype=torch.bool, device=logits.device))
-        loss = distillation_loss(logits.reshape(-1, L), teacher_logits.reshape(-1, L),
-                                 labels.reshape(-1), scored, self.temperature, self.alpha,
-                                 self.regression)
-        return HeadOutput(loss, logits)
-
-
-# --- the transfer set and the teacher's outputs ------------------------------------------------
-
-
-def read_unlabelled(task: Task, path: str, fmt: str) -> list[Any]:
-    """Examples without labels: the formats `predict` reads ("lines": JSONL records, the task's
-    own files, else one text per line), or the sentences of a corpus `prepare` reads."""
-    if fmt == "lines":
-        examples = read_input(task, Path(path))
-    else:
-        examples = corpus_examples(task, path, fmt)
-    if not examples:
-        raise BertkitError(f"{path}: no texts in the --unlabelled file")
-    return [dataclasses.replace(e, guid=f"unlabelled-{i}") for i, e in enumerate(examples)]
-
-
-def corpus_examples(task: Task, path: str, fmt: str) -> list[Any]:
-    """One example per sentence of the corpus's documents (Google's format is split already)."""
-    records = []
-    for doc in read_corpus([path], fmt, CorpusStats()):
-        for paragraph in doc.paragraphs:
-            for sentence in [paragraph] if doc.presplit else split_sentences(paragraph):
-                if sentence.strip():
-                    records.append((doc.source, {"text": sentence}))
-    return [task.example_from_record(str(i), record, where)
-            for i, (where, record) in enumerate(records)]
-
-
-def check_pairs(train: list[Any], unlabelled: list[Any], path: str) -> None:
-    """Unlabelled texts have the training examples' form: pairs for a sentence-pair task (JSONL
-    "text" + "pair"), single texts otherwise."""
-    pairs = getattr(train[0], "text_b", None) is not None
-    if pairs and any(getattr(e, "text_b", None) is None for e in unlabelled):
-        raise BertkitError(f"{path}: the task takes sentence pairs; give JSONL records with "
-                           "\"text\" and \"pair\"")
-    if not pairs and any(getattr(e, "text_b", None) is not None for e in unlabelled):
-        raise BertkitError(f"{path}: the task takes single texts, but records have a \"pair\"")
-
-
-def no_label(task: Task, feature: dict[str, Any]) -> dict[str, Any]:
-    """A transfer feature only the teacher labels: the hard loss skips it."""
-    if task.head == "BertForTokenClassification":
-        return {**feature, "labels": [IGNORE] * len(feature["input_ids"])}
-    return {**feature, "labels": float("nan") if task.regression else IGNORE}
-
-
-def teacher_targets(task: Task, features: list[dict[str, Any]],
-                    logits: list[torch.Tensor]) -> list[torch.Tensor]:
-    """One (n, L) tensor per example: its logits (n = 1), or for tagging those of each word's
-    first piece (n = words the teacher saw)."""
-    if task.head == "BertForTokenClassification":
-        return [row[f["word_starts"]] for f, row in zip(features, logits)]
-    return [row.reshape(1, -1) for row in logits]
-
-
-def compute_teacher_outputs(task: Task, teacher: nn.Module, features: list[dict[str, Any]],
-                            batch_size: int, precision: str, progress: bool) -> list[torch.Tensor]:
-    """The teacher's targets for every transfer feature (bf16 autocast where the run's
-    precision resolves to it); stored as fp32."""
-    device = next(teacher.parameters()).device
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-        outputs = run_model(teacher, features, task.collate, ("logits",), batch_size, progress)
-    return teacher_targets(task, features, outputs["logits"])
-
-
-def fingerprint(features: list[dict[str, Any]], teacher_dir: str | Path) -> str:
-    """What the cached outputs depend on: the inputs the teacher saw and its weights."""
-    digest = hashlib.sha256()
-    for f in features:
-        digest.update(json.dumps([f["input_ids"], f["token_type_ids"]]).encode())
-    weights = Path(teacher_dir) / WEIGHTS_NAME
-    if weights.is_file():
-        with open(weights, "rb") as fh:
-            for block in iter(functools.partial(fh.read, 1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
-
-
-def cached_teacher_outputs(out: Path, key: str, compute) -> list[torch.Tensor]:
-    """The teacher's outputs from the run's cache, else `compute()`d once and saved (atomically:
-    a kill never leaves a cache that looks whole)."""
-    path = out / CACHE_NAME
-    if path.is_file():
-        state = load_file(str(path))
-        stored = bytes(state["fingerprint"].tolist()).decode()
-        if stored != key:
-            raise BertkitError(f"{path}: computed for other inputs or another teacher (the data "
-                               "or the teacher changed since the run began); use a new folder")
-        log.info("teacher outputs: read from %s", path)
-        return list(state["logits"].split(state["counts"].tolist()))
-    targets = compute()
-    state = {"logits": torch.cat(targets).contiguous(),
-             "counts": torch.tensor([len(t) for t in targets], dtype=torch.long),
-             "fingerprint": torch.tensor(list(key.encode()), dtype=torch.uint8)}
-    with atomic_path(path) as tmp:
-        save_file(state, str(tmp))
-    log.info("teacher outputs: %d examples computed, saved to %s", len(targets), path)
-    return targets
-
-
-def with_targets(features: list[dict[str, Any]], targets: list[torch.Tensor]
-                 ) -> list[dict[str, Any]]:
-    return [{**f, "teacher": t} for f, t in zip(features, targets)]
-
-
-def distill_collate(task: Task, features: list[dict[str, Any]]) -> dict[str, Any]:
-    """The task's batch plus the teacher's logits: (B, L), or for tagging (B, T, L) at each
-    word's first piece with `teacher_mask` (B, T) marking them."""
-    batch = task.collate(features)
-    if task.head != "BertForTokenClassification":
-        batch["teacher_logits"] = torch.cat([f["teacher"] for f in features])  # (B, L)
-        return batch
-    B, T = batch["input_ids"].shape
-    L = features[0]["teacher"].shape[-1]
-    logits = torch.zeros(B, T, L)  # (B, T, L)
-    mask = torch.zeros(B, T, dtype=torch.bool)  # (B, T)
-    for i, f in enumerate(features):
-        starts = f["word_starts"][:len(f["teacher"])]  # a student may keep fewer words
-        logits[i, starts] = f["teacher"][:len(starts)]
-        mask[i, starts] = True
-    batch["teacher_logits"], batch["teacher_mask"] = logits, mask
-    return batch
-
-
 # --- the run -----------------------------------------------------------------------------------
 
 
@@ -445,8 +279,11 @@ def read_transfer(task: Task, cfg: DistillConfig, teacher: nn.Module, teacher_to
     if student_tok is teacher_tok:
         teacher_train, teacher_dev = student_train, data.dev_splits
     else:
-        teacher_train = task.featurize(train_examples, teacher_tok, settings, label2id,
-                                       train=False)
+        labelled = len(train_examples) - len(extra)
+        student_ids = ([f["example_index"] for f in data.train.features]
+                       + [labelled + f["example_index"] for f in student_extra])
+        teacher_train = align_teacher(student_ids, task.featurize(
+            train_examples, teacher_tok, settings, label2id, train=False), train_examples)
         teacher_dev = [featurized(task, s.name, s.path, s.examples, teacher_tok, settings,
                                   label2id, train=False) for s in data.dev_splits]
     return Transfer(student_train, teacher_train, data.dev_splits, teacher_dev,
@@ -503,9 +340,14 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
     resume = cfg.finetune.train.resume
     if resume and (out / RESULTS_NAME).is_file():
         claim_output_dir(out, DISTILL_MARKER, settings_json, True, inputs=inputs)
+        release_output_dir(out)  # nothing more to write
         log.info("%s: finished earlier, kept", out)
         return json.loads((out / RESULTS_NAME).read_text(encoding="utf-8"))
     check_output_dir(out, DISTILL_MARKER, settings_json, resume, inputs=inputs)
+    # a student trained before a later step died continues from its release (train_student);
+    # otherwise bare --resume with no checkpoint is refused here, before anything is written
+    student_done = bool(resume) and (out / "metrics.json").is_file()
+    continues = student_done or resolve_resume(out, resume)
     teacher, teacher_tok = load_teacher(task, cfg.teacher_dir)
     teacher.to(resolve_device(cfg.finetune.train.device))
     init_dir = Path(spec.name) if spec.kind == "folder" else out / STUDENT_INIT
@@ -515,18 +357,23 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
     data = read_transfer(task, cfg, teacher, teacher_tok, student_tok, settings)
     check_lengths(data, teacher.config, shape)
     claim_output_dir(out, DISTILL_MARKER, settings_json, resume, inputs=inputs)
-    build_student(teacher, teacher_tok, spec, cfg.finetune.train.seed, init_dir)
-    targets = teacher_outputs(task, cfg, teacher, data.teacher_train, out)
-    student, student_record = train_student(task, cfg, init_dir, student_tok, data, targets,
-                                            settings)
-    teacher_metrics = evaluate_splits(task, teacher, data.teacher_dev, settings,
-                                      cfg.finetune.eval_batch_size, None)
-    baseline = run_baseline(task, cfg, init_dir) if cfg.baseline else None
-    speed = measure_speed(task, teacher, student, data, cfg) if cfg.speed_texts else None
-    results = summarize(task, cfg, data, teacher, student, teacher_metrics, student_record,
-                        baseline, speed)
-    write_json(out / RESULTS_NAME, results)
-    return results
+    try:
+        build_student(teacher, teacher_tok, spec, cfg.finetune.train.seed, init_dir)
+        targets = teacher_outputs(task, cfg, teacher, data.teacher_train, out)
+        student, student_record = train_student(task, cfg, init_dir, student_tok, data,
+                                                targets, settings, continues)
+        teacher_metrics = evaluate_splits(task, teacher, data.teacher_dev, settings,
+                                          cfg.finetune.eval_batch_size, None)
+        baseline = run_baseline(task, cfg, init_dir) if cfg.baseline else None
+        speed = measure_speed(task, teacher, student, data, cfg) if cfg.speed_texts else None
+        results = summarize(task, cfg, data, teacher, student, teacher_metrics, student_record,
+                            baseline, speed)
+        write_json(out / RESULTS_NAME, results)
+        return results
+    finally:
+        # held over the whole run, results.json included; a long-lived caller would otherwise
+        # keep one lock per folder it ever trained
+        release_output_dir(out)
 
 
 def teacher_outputs(task: Task, cfg: DistillConfig, teacher: nn.Module,
@@ -539,21 +386,20 @@ def teacher_outputs(task: Task, cfg: DistillConfig, teacher: nn.Module,
 
 
 def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: BertTokenizer,
-                  data: Transfer, targets: list[torch.Tensor], settings: FeatureSettings
-                  ) -> tuple[nn.Module, dict[str, Any]]:
+                  data: Transfer, targets: list[torch.Tensor], settings: FeatureSettings,
+                  resume: bool) -> tuple[nn.Module, dict[str, Any]]:
     """Train (or, finished earlier, load) the student; its release and dev metrics.json land
-    in the output folder as a fine-tuning run's do."""
+    in the output folder as a fine-tuning run's do. `resume`: the run continues (resolved)."""
     ft = cfg.finetune
     out = Path(ft.output_dir)
-    if (out / "metrics.json").is_file() and ft.train.resume:  # trained before a later step died
+    if (out / "metrics.json").is_file() and resume:  # trained before a later step died
         model = load_model(task, out, data.labels, ft)
         return model, json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     student = load_model(task, init_dir, data.labels, ft)
     check_vocab(student.config, tokenizer.vocab_size, init_dir)
     objective = DistillationObjective(student, cfg.temperature, cfg.alpha, task.regression)
     features = with_targets(data.student_train, targets)
-    loop_cfg = dataclasses.replace(train_config(ft, len(features)),
-                                   resume=bool(list_checkpoints(out)))
+    loop_cfg = dataclasses.replace(train_config(ft, len(features)), resume=resume)
     evaluate = dev_evaluator(task, data.student_dev, settings, ft)
     result = train(objective, features, training_collate(task, student, ft), loop_cfg,
                    evaluate=None if evaluate is None else lambda m: evaluate(m.student))
@@ -571,7 +417,8 @@ def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: Ber
 def training_collate(task: Task, student: nn.Module, cfg: FinetuneConfig):
     """`distill_collate`, packed as fine-tuning's batches are (`finetune.training_collate`)."""
     collate = functools.partial(distill_collate, task)
-    if cfg.packed and "packed" in inspect.signature(student.forward).parameters:
+    if (cfg.packed and not cfg.train.compile
+            and getattr(type(student), "supports_packing", False)):
         cost = attention_group_cost(resolve_device(cfg.train.device))
         return functools.partial(packed_batch, collate, cost)
     return collate
@@ -579,8 +426,10 @@ def training_collate(task: Task, student: nn.Module, cfg: FinetuneConfig):
 
 def run_baseline(task: Task, cfg: DistillConfig, init_dir: Path) -> dict[str, Any]:
     """The same student, the same recipe, the labelled data alone: a `bertkit finetune` run
-    (of the task as the teacher names it: a custom task's columns come from its config.json)."""
-    ft = dataclasses.replace(cfg.finetune.with_run(Path(cfg.output_dir) / BASELINE),
+    (of the task as the teacher names it: a custom task's columns come from its config.json).
+    A resumed run's baseline may not have started yet: it continues or starts ("auto")."""
+    resume = RESUME_AUTO if cfg.finetune.train.resume else False
+    ft = dataclasses.replace(cfg.finetune.with_run(Path(cfg.output_dir) / BASELINE, resume=resume),
                              model_dir=str(init_dir), task=task.name,
                              columns=getattr(task, "columns", cfg.finetune.columns))
     return run_one(ft)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import json
 import logging
 import math
@@ -37,7 +36,12 @@ from torch import nn
 from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.errors import BertkitError
 from bertkit.heads import HEAD_CLASSES
-from bertkit.io import atomic_write_text, check_output_dir, claim_output_dir
+from bertkit.io import (
+    atomic_write_text,
+    check_output_dir,
+    claim_output_dir,
+    release_output_dir,
+)
 from bertkit.model import attention_group_cost
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task, get_task
 from bertkit.tasks.base import run_model, split_dev
@@ -46,7 +50,7 @@ from bertkit.tokenization import BertTokenizer
 from bertkit.training import distributed
 from bertkit.training.hardware import resolve_device
 from bertkit.training.loop import TrainConfig, TrainResult, train
-from bertkit.training.state import list_checkpoints
+from bertkit.training.state import resolve_resume
 from bertkit.training.stream import stream_seed
 from bertkit.varlen import VarlenLayout
 
@@ -308,10 +312,13 @@ def run_one(cfg: FinetuneConfig) -> dict[str, Any]:
         if main:
             claim_output_dir(out, FINETUNE_MARKER, run_settings(cfg), True,
                              inputs=[cfg.model_dir])
+            release_output_dir(out)  # nothing more to write
         log.info("%s: finished earlier, kept", out)
         return json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     check_output_dir(out, FINETUNE_MARKER, run_settings(cfg), cfg.train.resume,
                      inputs=[cfg.model_dir])
+    # bare --resume with nothing to resume is refused here, before anything is written
+    resume = resolve_resume(out, cfg.train.resume)
     settings = cfg.settings(task)
     tokenizer = BertTokenizer.from_pretrained(cfg.model_dir)
     data = prepare_data(task, cfg, tokenizer, settings)  # bad data fails before anything is written
@@ -320,10 +327,23 @@ def run_one(cfg: FinetuneConfig) -> dict[str, Any]:
         claim_output_dir(out, FINETUNE_MARKER, run_settings(cfg), cfg.train.resume,
                          inputs=[cfg.model_dir])
     distributed.barrier()  # claimed before any rank looks for checkpoints in it
+    try:
+        return _train_claimed(task, cfg, data, tokenizer, settings, resume)
+    finally:
+        # the run-folder lock (claim_output_dir, the loop) held over the whole run, its
+        # export and metrics.json included; a long-lived caller (a study, a grid) would
+        # otherwise keep one per folder it ever trained
+        release_output_dir(out)
+
+
+def _train_claimed(task: Task, cfg: FinetuneConfig, data: TaskData, tokenizer: BertTokenizer,
+                   settings: FeatureSettings, resume: bool) -> dict[str, Any]:
+    """run_one's training, evaluation and release, in its claimed folder."""
+    out = Path(cfg.output_dir)
+    main = distributed.is_main()
     model = load_model(task, cfg.model_dir, data.labels, cfg)
     check_vocab(model.config, tokenizer.vocab_size, cfg.model_dir)
-    loop_cfg = dataclasses.replace(train_config(cfg, len(data.train.features)),
-                                   resume=bool(list_checkpoints(out)))
+    loop_cfg = dataclasses.replace(train_config(cfg, len(data.train.features)), resume=resume)
     lengths = feature_lengths(data.train.features) if cfg.group_by_length else None
     result = train(model, data.train.features, training_collate(task, model, cfg), loop_cfg,
                    evaluate=dev_evaluator(task, data.dev_splits, settings, cfg), lengths=lengths)
@@ -359,10 +379,11 @@ def train_record(task: Task, cfg: FinetuneConfig, data: TaskData,
 def training_collate(task: Task, model: nn.Module, cfg: FinetuneConfig):
     """The task's collate; with `cfg.packed`, training batches also carry the layout of their
     real tokens for the head's unpadded forward (`BertModel.forward_varlen`) where it has one
-    (every head but span QA): the loss and the gradients are the padded forward's, without the
-    work on padding. The layout is built here, on the host, with the training device's
-    attention groups, so that the device never reads the lengths back."""
-    if cfg.packed and "packed" in inspect.signature(model.forward).parameters:
+    (`supports_packing`: every head but span QA; not compiled, whose graph keeps the padded
+    forward): the loss and the gradients are the padded forward's, without the work on
+    padding. The layout is built here, on the host, with the training device's attention
+    groups, so that the device never reads the lengths back."""
+    if cfg.packed and not cfg.train.compile and getattr(type(model), "supports_packing", False):
         device = resolve_device(cfg.train.device)
         return functools.partial(packed_batch, task.collate, attention_group_cost(device))
     return task.collate
@@ -372,7 +393,7 @@ def packed_batch(collate, group_cost: float, features) -> dict[str, Any]:
     batch = collate(features)
     mask = batch["attention_mask"]  # (B, T), or (B, K, T) for multiple choice: the head
     # flattens its choices to (B*K, T) rows, the layout's
-    return {**batch, "packed": VarlenLayout.from_mask(mask.reshape(-1, mask.shape[-1]),
+    return {**batch, "layout": VarlenLayout.from_mask(mask.reshape(-1, mask.shape[-1]),
                                                        group_cost)}
 
 

@@ -29,6 +29,7 @@ from bertkit.training.finetune import (
     run_settings,
     write_json,
 )
+from bertkit.training.state import RESUME_AUTO
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,11 @@ def run_grid(base: FinetuneConfig, lrs: list[float], epochs: list[float],
     check_data(task, base)
     grid_settings = {**run_settings(base), "grid": {"lr": lrs, "epochs": epochs, "seeds": seeds}}
     claim_output_dir(out, FINETUNE_MARKER, grid_settings, base.train.resume, inputs=[base.model_dir])
-    records = [run_one(base.with_run(out / "runs" / run_name(lr, ep, seed), ep, lr=lr, seed=seed))
+    # a resumed grid's runs may have finished, stopped midway or not started: each continues
+    # or starts ("auto"; a bare --resume would refuse one not started)
+    resume = RESUME_AUTO if base.train.resume else False
+    records = [run_one(base.with_run(out / "runs" / run_name(lr, ep, seed), ep, lr=lr, seed=seed,
+                                     resume=resume))
                for lr in lrs for ep in epochs for seed in seeds]
     metric = task.main_metric
     grid = [summarize(lr, ep, [r for r in records if r["lr"] == lr and r["epochs"] == ep],

@@ -3,9 +3,18 @@
 A task contributes a model (whose forward returns an object with `.loss`), a dataset, a collate
 function and optionally an evaluation function; `train` does the rest, visibly:
 
-    lr = lr_at(step) → for each micro-batch: autocast forward, loss / accumulation, backward
-    → unscale, clip → all-reduced stats (non-finite loss stops) → optimizer step, zero-grad
-    → log / eval / save.
+    claim the run folder (resume / start / refuse, `state.resolve_resume`; its lock)
+    → per step: lr = lr_at(step) → for each micro-batch: autocast forward, loss / accumulation,
+      backward → unscale, clip → optimizer step, zero-grad; the step's statistics stay on the
+      device (no host sync inside a step)
+    → at a sync point (a log line, an evaluation, a save, the last step: `config.StepSchedule`;
+      or a stop signal): one all-reduce brings the pending steps' statistics to the host; a
+      non-finite loss stops the run there (so up to `log_every` steps after it happened, the
+      last good checkpoint kept)
+    → log / eval / save; stop early when the run's CPU seconds reach `stop_at_cpu_seconds`.
+
+The run's cost (wall and CPU seconds inside `train`, tokens) is summed over every sitting of a
+resumed run, saved with each state and returned in `TrainResult`.
 
 Data order (`training.stream`): one stream of epochs, each a permutation seeded with
 (seed, epoch). Step s consumes stream positions [s·B, (s+1)·B) for the global batch B; under DDP
@@ -33,8 +42,10 @@ from torch import nn
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text, lock_output_dir, progress_bar
 from bertkit.training import distributed as dist_utils
-from bertkit.training.hardware import PRECISIONS, resolve_device, resolve_precision
-from bertkit.training.optim import OPTIMIZERS, SCHEDULES, build_optimizer, lr_at, resolve_warmup
+from bertkit.training.config import StepSchedule, TrainConfig  # TrainConfig: also imported from here
+from bertkit.training.hardware import PRECISIONS as PRECISIONS  # re-exported: the CLI imports it here
+from bertkit.training.hardware import resolve_device, resolve_precision
+from bertkit.training.optim import build_optimizer, lr_at
 from bertkit.training.runtime import (
     Run,
     open_tensorboard,
@@ -45,8 +56,7 @@ from bertkit.training.runtime import (
 )
 from bertkit.training.signals import StopFlag, signal_guard
 from bertkit.training.state import (
-    Resume,
-    check_resume,
+    checkpoint_path,
     latest_checkpoint,
     resolve_resume,
     save_training_state,
@@ -64,77 +74,6 @@ from bertkit.training.stream import (
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    output_dir: str
-    max_steps: int | None = None  # optimizer steps; None until the run kind sets it (fine-tuning
-    # derives it from epochs, and then reads a value here as a cap)
-    batch_size: int = 32  # global examples per optimizer step
-    micro_batch_size: int | None = None  # per forward per process; None = batch_size // world
-    lr: float = 1e-4
-    warmup_steps: int = 0
-    warmup_ratio: float | None = None  # overrides warmup_steps when set
-    weight_decay: float = 0.01
-    optimizer: str = "adamw"  # "adamw" | "adamw_google" (no bias correction) | "lamb"
-    schedule: str = "linear"  # "linear" (warmup to the peak, then decay) | "google" (optim.lr_at)
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    adam_eps: float = 1e-6
-    max_grad_norm: float = 1.0  # <= 0: no clipping (the norm is still logged)
-    precision: str = "auto"  # "auto" (bf16 where native, else fp32; hardware.choose_precision)
-    # | "fp32" | "bf16" | "fp16"
-    seed: int = 0
-    log_every: int = 10
-    eval_every: int = 0  # 0 = only at the end
-    save_every: int = 0  # 0 = only at the end
-    keep: int = 2  # checkpoints kept (0 = all)
-    device: str = "auto"  # "auto" = cuda if available else cpu
-    compile: bool = False
-    resume: Resume = False  # True | False | "auto" (state.resolve_resume)
-    progress: bool = True
-    tensorboard: bool = False  # also write TensorBoard scalars (needs the tensorboard package)
-    loader_workers: int | None = None  # DataLoader worker processes; None: stream.default_workers
-    # Stop (saving a state, as at the end) at the first sync point after the run's CPU seconds,
-    # summed over its sittings, reach this; the lr schedule still runs to max_steps, so a
-    # resumed run continues it. For budgets on shared machines, where wall time means little.
-    stop_at_cpu_seconds: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_steps is not None and self.max_steps < 1:
-            raise BertkitError(f"--max-steps must be >= 1, got {self.max_steps}")
-        if self.batch_size < 1:
-            raise BertkitError(f"--batch-size must be >= 1, got {self.batch_size}")
-        if self.micro_batch_size is not None and self.micro_batch_size < 1:
-            raise BertkitError(f"--micro-batch-size must be >= 1, got {self.micro_batch_size}")
-        if self.precision not in PRECISIONS:
-            raise BertkitError(f"--precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise BertkitError(f"--optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        if self.schedule not in SCHEDULES:
-            raise BertkitError(f"--schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise BertkitError(f"--lr must be a finite number > 0, got {self.lr}")
-        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            raise BertkitError(f"--weight-decay must be a finite number >= 0, got {self.weight_decay}")
-        if math.isnan(self.max_grad_norm):
-            raise BertkitError("--max-grad-norm must be a number (<= 0: no clipping)")
-        if self.loader_workers is not None and self.loader_workers < 0:
-            raise BertkitError(f"--loader-workers must be >= 0, got {self.loader_workers}")
-        if self.log_every < 1:
-            raise BertkitError(f"--log-every must be >= 1, got {self.log_every}")
-        for name in ("eval_every", "save_every", "keep"):  # 0 has a meaning for each
-            if getattr(self, name) < 0:
-                raise BertkitError(f"--{name.replace('_', '-')} must be >= 0, "
-                                   f"got {getattr(self, name)}")
-        if self.stop_at_cpu_seconds is not None and not self.stop_at_cpu_seconds > 0:
-            raise BertkitError(f"stop_at_cpu_seconds must be > 0, got {self.stop_at_cpu_seconds}")
-        resolve_warmup(self.max_steps or 0, self.warmup_steps, self.warmup_ratio)
-        check_resume(self.resume)
-
-    @property
-    def resolved_warmup(self) -> int:
-        return resolve_warmup(self.max_steps or 0, self.warmup_steps, self.warmup_ratio)
 
 
 @dataclass
@@ -159,9 +98,11 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
           evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
           step_metrics: Callable[[dict[str, torch.Tensor], Any], dict[str, float]] | None = None,
           lengths: Any = None) -> TrainResult:
-    """Train `model` for `config.max_steps` optimizer steps; see the module docstring.
+    """Train `model` to `config.max_steps` optimizer steps (or until its CPU-seconds budget,
+    `config.stop_at_cpu_seconds`, is spent); see the module docstring.
     `lengths` (one per example): batch examples of similar length together
     (`stream.length_grouped_order`; the order stays a function of (seed, epoch))."""
+    schedule = StepSchedule.from_config(config)  # refuses a config whose max_steps is unset
     run = _prepare(model, dataset, config, lengths)
     workers = (default_workers(run.device) if config.loader_workers is None
                else config.loader_workers)
@@ -178,28 +119,33 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
         while run.step < config.max_steps:
             pending.add(_train_step(run, take(micro_batches, run.accum), step_metrics))
             bar.update(1)
-            if not _sync_due(run, config, stop):
+            # One process stops at its own signal; several agree on a stop at the next sync
+            # point the schedule sets (the flag travels in the sync's all-reduce), at most
+            # `log_every` steps later.
+            if not schedule.sync(run.step, stop_signalled=run.world == 1 and stop.is_set()):
                 continue
             stopping = _sync(run, pending, window, losses, stop)
             bar.set_postfix(loss=f"{losses[-1]:.4f}", lr=f"{window.sums['lr']:.2e}",
                             tok_s=f"{window.tokens_per_s():.0f}", refresh=False)
-            record = _maybe_log_and_eval(run, window, evaluate, config)
+            record = _maybe_log_and_eval(run, window, evaluate, schedule)
             last_metrics.update(record)
             if stopping:
                 path = _save(run, config, last_metrics)
                 bar.close()
                 raise TrainingInterrupted(f"interrupted at step {run.step}; saved {path}")
-            if config.save_every and run.step % config.save_every == 0:
+            if schedule.save(run.step):
                 _save(run, config, last_metrics)
-            if _budget_spent(run, config):
+            tick(run)  # the budget reads the CPU seconds up to now
+            if schedule.budget_spent(run.cpu_seconds):
                 log.info("CPU budget of %.0f s spent at step %d; stopping",
                          config.stop_at_cpu_seconds, run.step)
                 break
     bar.close()
-    if evaluate is not None and not (config.eval_every and run.step % config.eval_every == 0):
+    # the end evaluates and saves, unless the schedule just did at this step
+    if evaluate is not None and not schedule.eval(run.step):
         last_metrics.update(_log(run, {"step": run.step, **_evaluate(run, evaluate)}))
-    path = Path(config.output_dir) / "checkpoints" / f"step-{run.step}"
-    if not (config.save_every and run.step % config.save_every == 0):  # not saved just now
+    path = checkpoint_path(config.output_dir, run.step)
+    if not schedule.save(run.step):
         path = _save(run, config, last_metrics)
     if run.tensorboard is not None:
         run.tensorboard.close()
@@ -211,8 +157,6 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
 
 def _prepare(model: nn.Module, dataset, config: TrainConfig, lengths: Any = None) -> Run:
     """Device, batch plan, seeds, optimizer, scaler, wrappers, and the resumed state if any."""
-    if config.max_steps is None:
-        raise BertkitError("max_steps is not set: the run kind must set it before training")
     try:
         n = len(dataset)
     except TypeError as err:
@@ -334,24 +278,6 @@ def _train_step(run: Run, micro_batches: list[dict[str, Any]], step_metrics) -> 
     return StepStats(sums, grad_norm, tokens, lr)
 
 
-def _sync_due(run: Run, config: TrainConfig, stop: StopFlag) -> bool:
-    """Whether this step ends at a sync point: a log line, an evaluation, a save, the last
-    step, or (one process) a stop signal. Several processes agree on a stop at the next of the
-    others (the flag travels in the sync's all-reduce), at most `log_every` steps later."""
-    step = run.step
-    return (step % config.log_every == 0 or step == config.max_steps
-            or bool(config.save_every and step % config.save_every == 0)
-            or bool(config.eval_every and step % config.eval_every == 0)
-            or (run.world == 1 and stop.is_set()))
-
-
-def _budget_spent(run: Run, config: TrainConfig) -> bool:
-    if config.stop_at_cpu_seconds is None:
-        return False
-    tick(run)
-    return run.cpu_seconds >= config.stop_at_cpu_seconds
-
-
 def _sync(run: Run, pending: Pending, window: Window, losses: list[float],
           stop: StopFlag) -> bool:
     """Bring the pending steps to the host (one all-reduce, one read), stop on a non-finite loss,
@@ -404,11 +330,12 @@ def _optimizer_step(run: Run) -> None:
     run.optimizer.zero_grad(set_to_none=True)
 
 
-def _maybe_log_and_eval(run: Run, window: Window, evaluate, config: TrainConfig) -> dict:
+def _maybe_log_and_eval(run: Run, window: Window, evaluate, schedule: StepSchedule) -> dict:
+    """The metrics line and the evaluation the schedule sets at this step ({} when neither)."""
     record: dict[str, Any] = {}
-    if run.step % config.log_every == 0 or run.step == config.max_steps:
+    if schedule.log(run.step):
         record.update(window.flush())
-    if evaluate is not None and config.eval_every and run.step % config.eval_every == 0:
+    if evaluate is not None and schedule.eval(run.step):
         record.update(_evaluate(run, evaluate))
     if not record:
         return {}
@@ -453,7 +380,7 @@ def _evaluate(run: Run, evaluate) -> dict[str, float]:
 def _save(run: Run, config: TrainConfig, summary: dict[str, Any]) -> Path:
     tick(run)
     state = run_state(run)  # collective under DDP: every rank takes part
-    path = Path(config.output_dir) / "checkpoints" / f"step-{run.step}"
+    path = checkpoint_path(config.output_dir, run.step)
     if run.main:
         summary = {**{k: v for k, v in summary.items() if isinstance(v, (int, float))},
                    "tokens_seen": run.tokens_seen, "train_seconds": round(run.train_seconds, 3),

@@ -29,10 +29,11 @@ from bertkit.data.masking import VocabInfo
 from bertkit.data.shards import ShardDataset, read_meta
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForMaskedLM, BertForPreTraining, HeadOutput, PreTrainingOutput
-from bertkit.io import claim_output_dir
+from bertkit.io import check_output_dir, claim_output_dir, release_output_dir
 from bertkit.tokenization import BertTokenizer
 from bertkit.training import distributed
 from bertkit.training.loop import TrainConfig, TrainResult, train
+from bertkit.training.state import latest_checkpoint, resolve_resume
 from bertkit.training.stream import stream_seed
 
 log = logging.getLogger(__name__)
@@ -180,17 +181,21 @@ def model_class(objective: str) -> type[BertForPreTraining] | type[BertForMasked
 
 
 def build_model(cfg: PretrainConfig, config: BertConfig) -> BertForPreTraining | BertForMaskedLM:
+    """The objective's model; `ltr`'s is causal (`BertModel.causal`), its batches plain."""
     cls = model_class(cfg.objective)
     if cfg.init is not None:
         model = cls.from_pretrained(cfg.init)  # heads the objective does not train are left out
         model.train()
-        return model
-    torch.manual_seed(cfg.train.seed)  # the initial weights depend on the seed alone
-    return cls(config)
+    else:
+        torch.manual_seed(cfg.train.seed)  # the initial weights depend on the seed alone
+        model = cls(config)
+    model.bert.causal = cfg.objective == "ltr"
+    return model
 
 
 def ltr_targets(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """Left-to-right LM: predict token t+1 from tokens ≤ t at every position (causal attention)."""
+    """Left-to-right LM: predict token t+1 from tokens ≤ t at every position (on a causal
+    model: `build_model`)."""
     ids, mask = batch["input_ids"], batch["attention_mask"]  # (B, T)
     B, T = ids.shape
     return {
@@ -200,7 +205,6 @@ def ltr_targets(batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         "masked_lm_positions": torch.arange(T - 1).expand(B, T - 1),  # (B, T-1)
         "masked_lm_ids": ids[:, 1:],  # (B, T-1)
         "masked_lm_weights": mask[:, 1:].float(),  # (B, T-1): no target past the end
-        "causal": True,
     }
 
 
@@ -370,7 +374,9 @@ def phase2_config(train_cfg: TrainConfig, output: Path, steps: int) -> TrainConf
     """Phase 2 (Google's recipe: a second run from phase 1's weights, fresh optimizer and
     schedule): its own directory and step budget, warmup scaled to it."""
     warmup = min(train_cfg.resolved_warmup, steps // 10)
-    has_state = (output / "phase2" / "checkpoints").is_dir()
+    # a checkpoint, not the folder: a kill during phase 2's first save leaves it empty, and
+    # phase 1 would be skipped for a phase 2 from a fresh model
+    has_state = latest_checkpoint(output / "phase2") is not None
     return dataclasses.replace(train_cfg, output_dir=str(output / "phase2"), max_steps=steps,
                                warmup_steps=warmup, warmup_ratio=None,
                                resume=train_cfg.resume if has_state else False)
@@ -385,23 +391,32 @@ def run_pretraining(cfg: PretrainConfig) -> TrainResult:
                           max(int(m["params"]["max_seq_length"]) for m in metas))
     output = Path(cfg.train.output_dir)
     if distributed.is_main():  # before any work: a refused --resume changes nothing on disk
-        claim_output_dir(output, PRETRAIN_MARKER, dataclasses.asdict(cfg), cfg.train.resume,
-                         inputs=[*map(str, folders), *(p for p in (cfg.init, cfg.tokenizer,
-                                 cfg.eval_data, cfg.phase2_data) if p is not None)])
+        inputs = [*map(str, folders), *(p for p in (cfg.init, cfg.tokenizer, cfg.eval_data,
+                                                    cfg.phase2_data) if p is not None)]
+        settings = dataclasses.asdict(cfg)
+        check_output_dir(output, PRETRAIN_MARKER, settings, cfg.train.resume, inputs=inputs)
+        resolve_resume(output, cfg.train.resume)  # bare --resume with nothing to resume
+        claim_output_dir(output, PRETRAIN_MARKER, settings, cfg.train.resume, inputs=inputs)
     distributed.barrier()
-    model = build_model(cfg, config)
-    cfg = dataclasses.replace(cfg, train=capped_warmup(cfg.train))
-    p2 = phase2_config(cfg.train, output, cfg.phase2_steps) if cfg.phase2_data else None
-    if p2 is not None and p2.resume:
-        log.info("phase 1 finished earlier; resuming phase 2 from %s", p2.output_dir)
-    else:
-        result = run_phase(cfg, model, cfg.data, tokenizer, cfg.train)
-    if p2 is not None:
-        result = run_phase(cfg, model, cfg.phase2_data, tokenizer, p2)
-    if distributed.is_main():
-        export(model, tokenizer, output / "model")
-    distributed.barrier()
-    return result
+    try:
+        model = build_model(cfg, config)
+        cfg = dataclasses.replace(cfg, train=capped_warmup(cfg.train))
+        p2 = phase2_config(cfg.train, output, cfg.phase2_steps) if cfg.phase2_data else None
+        if p2 is not None and p2.resume:
+            log.info("phase 1 finished earlier; resuming phase 2 from %s", p2.output_dir)
+        else:
+            result = run_phase(cfg, model, cfg.data, tokenizer, cfg.train)
+        if p2 is not None:
+            result = run_phase(cfg, model, cfg.phase2_data, tokenizer, p2)
+        if distributed.is_main():
+            export(model, tokenizer, output / "model")
+        distributed.barrier()
+        return result
+    finally:
+        # held over the whole run, the export included; a long-lived caller (a study) would
+        # otherwise keep one lock per folder it ever trained
+        release_output_dir(output / "phase2")
+        release_output_dir(output)
 
 
 def export(model: BertForPreTraining | BertForMaskedLM, tokenizer, directory: Path) -> None:

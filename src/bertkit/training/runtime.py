@@ -20,6 +20,7 @@ from torch import nn
 
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text
+from bertkit.training.config import TrainConfig
 from bertkit.training.state import latest_checkpoint, load_training_state, rng_state, set_rng_state
 from bertkit.training.stream import DataOrder, StepPlan, stream_seed
 
@@ -37,7 +38,7 @@ class Run:
     device: torch.device
     order: DataOrder  # the dataset index at each global stream position
     plan: StepPlan  # how a global batch splits over processes and micro-batches
-    config: Any  # TrainConfig
+    config: TrainConfig
     warmup: int
     precision: str = "fp32"  # the resolved precision ("auto" chosen for this machine)
     step: int = 0

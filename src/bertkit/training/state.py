@@ -112,6 +112,11 @@ def _as_tuple(x: Any) -> Any:
     return tuple(_as_tuple(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 
+def checkpoint_path(output_dir: str | os.PathLike, step: int) -> Path:
+    """Where the training state of `step` lives (`OUTPUT/checkpoints/step-N`)."""
+    return Path(output_dir) / CHECKPOINTS / f"step-{step}"
+
+
 def list_checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
     """Complete checkpoints under `output_dir/checkpoints`, oldest first."""
     root = Path(output_dir) / CHECKPOINTS
@@ -149,7 +154,7 @@ def save_training_state(output_dir: str | os.PathLike, step: int, state: dict[st
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".step-*.tmp"):
         shutil.rmtree(stale, ignore_errors=True)
-    final = root / f"step-{step}"
+    final = checkpoint_path(output_dir, step)
     tmp = Path(tempfile.mkdtemp(prefix=f".step-{step}.", suffix=".tmp", dir=root))
     try:
         torch.save(state, tmp / STATE_FILE)
