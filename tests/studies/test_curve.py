@@ -41,6 +41,8 @@ def test_points_at_cpu_budgets_across_sittings(settings, tmp_path):
     assert 0 < first["step"] < last["step"] and first["tokens_seen"] < last["tokens_seen"]
     assert 0 <= first["eval_mlm_acc"] <= 1 and first["machine"]["cores"] >= 1
     assert (work / "points" / "0.0006h" / "config.json").is_file()
+    guesses = curve.first_guesses(work / "points" / "0.0006h")  # the export has its MLM head
+    assert len(guesses) == 5 and all(isinstance(g, str) and g for g in guesses)
     # a later sitting with the same settings finds nothing to do; other settings are refused
     curve.pretrain_points(curve.open_store(work, settings), settings, work)
     with pytest.raises(BertkitError, match="other settings"):
@@ -93,7 +95,7 @@ def test_report_rows_and_table(tmp_path):
     assert [r["budget"] for r in rows] == ["0.5h"]  # 1h is not recorded yet
     assert rows[0]["gain"] == pytest.approx(5.0)
     table = curve.report_markdown(rows, ft).splitlines()
-    assert table[2].startswith("| 0.5h | 0.50 | 90 | 1.5M | 25.0 | 81.0 ± 1.4 | 76.0 ± 1.4 |")
+    assert table[2].startswith("| 0.5h | 0.50 | 90 | 1.5M | 25.0 | — | 81.0 ± 1.4 | 76.0 ± 1.4 |")
     assert curve.plot_curve(rows, tmp_path / "curve.png").stat().st_size > 1000
 
 
@@ -112,12 +114,13 @@ def test_report_rewrites_only_the_block_between_the_markers(tmp_path):
     page.write_text(f"# Title\n\nprose before\n\n{curve.CURVE_BEGIN}\nold table\n"
                     f"{curve.CURVE_END}\n\nprose after\n")
     rows = [{"budget": "1h", "cpu_hours": 1.0, "step": 7, "tokens": 2e6, "mlm_acc": 0.3,
+             "fill_mask": ["the", ","],
              "scores": [80.0, 82.0], "random": [75.0, 77.0], "gain": 5.0, "gain_se": 1.4}]
     curve.write_report(tmp_path, rows, curve.FinetuneSettings(), ["1h: step 7"])
     text = page.read_text()
     assert "old table" not in text and text.startswith("# Title\n\nprose before\n\n")
     assert text.endswith(f"{curve.CURVE_END}\n\nprose after\n")
-    assert "| 1h | 1.00 | 7 | 2.0M | 30.0 | 81.0 ± 1.4 | 76.0 ± 1.4 | +5.0 ± 1.4 | 2 |" in text
+    assert "| 1h | 1.00 | 7 | 2.0M | 30.0 | `the` `,` | 81.0 ± 1.4 | 76.0 ± 1.4 | +5.0 ± 1.4 | 2 |" in text
     assert "- 1h: step 7" in text and (tmp_path / "pretrain_curve.json").is_file()
     page.write_text(f"{curve.CURVE_BEGIN}\nno end\n")
     with pytest.raises(BertkitError, match="without"):

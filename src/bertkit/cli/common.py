@@ -11,6 +11,8 @@ from pathlib import Path
 
 from bertkit.errors import BertkitError
 from bertkit.training import distributed
+from bertkit.training.config import TrainConfig
+from bertkit.training.hardware import PRECISIONS
 from bertkit.training.signals import terminate_as_interrupt
 from bertkit.training.state import RESUME_AUTO
 
@@ -32,8 +34,17 @@ def data_root(given: Path | None) -> Path:
     return root
 
 
+def add_hardware(p: argparse.ArgumentParser, train: TrainConfig) -> None:
+    """--precision, --device and --loader-workers, for the commands that train (pretrain,
+    finetune, distill), with the defaults of their `train` recipe."""
+    p.add_argument("--precision", default=train.precision, choices=PRECISIONS,
+                   help="auto (default): bf16 where this machine computes it fast, else fp32")
+    p.add_argument("--device", default=train.device)
+    add_loader_workers(p)
+
+
 def add_loader_workers(p: argparse.ArgumentParser) -> None:
-    """--loader-workers, for the commands that train (pretrain, finetune)."""
+    """--loader-workers, for the commands that train (pretrain, finetune, distill)."""
     p.add_argument("--loader-workers", type=int, default=None, metavar="N",
                    help="DataLoader worker processes that collate batches ahead of the step "
                    "(default: 0 on a CPU, where a worker takes a core from the step; up to 4 "

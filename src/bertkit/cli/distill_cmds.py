@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from bertkit.cli.common import add_loader_workers, add_resume
+from bertkit.cli.common import add_hardware, add_resume
 from bertkit.cli.finetune_cmds import _columns, _common, _feature_options
 from bertkit.config import PRESETS
 from bertkit.tasks import ColumnSpec
@@ -18,7 +18,6 @@ from bertkit.training.finetune import (
     check_data,
     finetune_train_config,
 )
-from bertkit.training.loop import PRECISIONS
 
 DEFAULTS = DistillConfig("", "tiny", FinetuneConfig("", "", ""))  # defined once, in the library
 
@@ -81,10 +80,7 @@ def _training_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-file", default=None, help="use this training file instead")
     p.add_argument("--dev-file", default=None, help="use this dev file instead")
     p.add_argument("--max-train-examples", type=int, default=None)
-    p.add_argument("--precision", default=recipe.train.precision, choices=PRECISIONS,
-                   help="auto (default): bf16 where this machine computes it fast, else fp32")
-    p.add_argument("--device", default=recipe.train.device)
-    add_loader_workers(p)
+    add_hardware(p, recipe.train)
     p.add_argument("--no-packing", action="store_true",
                    help="the padded forward (dense layers on padding too)")
     p.add_argument("--eval-every", type=int, default=0, help="steps between dev evaluations")

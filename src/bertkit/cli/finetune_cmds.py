@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from bertkit.cli.common import add_join_timeout, add_loader_workers, add_resume, run_together
+from bertkit.cli.common import add_hardware, add_join_timeout, add_resume, run_together
 from bertkit.errors import BertkitError
 from bertkit.inference.finetuned import evaluate_model, predict_examples, task_of
 from bertkit.io import atomic_write_text, check_new_file, claim_output_dir
@@ -22,7 +22,6 @@ from bertkit.tasks.inputs import from_records, read_input
 from bertkit.training import distributed
 from bertkit.training.finetune import FinetuneConfig, build_task, check_data, finetune_train_config, run_one
 from bertkit.training.grid import run_grid
-from bertkit.training.loop import PRECISIONS
 from bertkit.training.optim import OPTIMIZERS, SCHEDULES
 
 TASK_HELP = ("cola sst2 mrpc stsb qqp mnli qnli rte wnli squad1 squad2 conll2003 swag custom")
@@ -76,10 +75,7 @@ def _add_finetune(subparsers) -> None:
                    help="feature-based: train only the head on a frozen encoder")
     p.add_argument("--features", default=FINETUNE_DEFAULTS.features, choices=["cls", "concat-last-4"],
                    help="with --freeze-encoder: concat-last-4 = the paper's BiLSTM tagger (NER)")
-    p.add_argument("--precision", default=FINETUNE_DEFAULTS.train.precision, choices=PRECISIONS,
-                   help="auto (default): bf16 where this machine computes it fast, else fp32")
-    p.add_argument("--device", default=FINETUNE_DEFAULTS.train.device)
-    add_loader_workers(p)
+    add_hardware(p, FINETUNE_DEFAULTS.train)
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the model (padded batches; see docs/benchmarks.md)")
     p.add_argument("--no-packing", action="store_true",

@@ -8,11 +8,10 @@ import logging
 import os
 from pathlib import Path
 
-from bertkit.cli.common import add_join_timeout, add_loader_workers, add_resume, run_together
+from bertkit.cli.common import add_hardware, add_join_timeout, add_resume, run_together
 from bertkit.inference.pretraining import fill_mask, is_next_probability, load_pretraining_model
 from bertkit.studies.report import plot_run
 from bertkit.training import distributed
-from bertkit.training.loop import PRECISIONS
 from bertkit.training.optim import OPTIMIZERS, SCHEDULES
 from bertkit.training.pretrain import OBJECTIVES, PretrainConfig, pretrain_train_config, run_pretraining
 
@@ -77,15 +76,13 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
                    help="linear: warm up to the peak, then decay (HF); google: decay from step 0, "
                    "warmup overriding it (Google's optimization.py)")
     p.add_argument("--max-grad-norm", type=float, default=TRAIN_DEFAULTS.max_grad_norm)
-    p.add_argument("--precision", default=TRAIN_DEFAULTS.precision, choices=PRECISIONS)
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--seed", type=int, default=TRAIN_DEFAULTS.seed)
     p.add_argument("--log-every", type=int, default=TRAIN_DEFAULTS.log_every)
     p.add_argument("--eval-every", type=int, default=0, help="0 = only at the end")
     p.add_argument("--save-every", type=int, default=TRAIN_DEFAULTS.save_every, help="0 = only at the end")
     p.add_argument("--keep", type=int, default=TRAIN_DEFAULTS.keep, help="training states kept (0 = all)")
-    p.add_argument("--device", default=TRAIN_DEFAULTS.device)
-    add_loader_workers(p)
+    add_hardware(p, TRAIN_DEFAULTS)
     add_resume(p)
     add_join_timeout(p)
     p.add_argument("--no-progress", dest="progress", action="store_false")

@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if args.status or args.report:
         store = curve.open_store(work, settings)
         print("\n".join(curve.status_lines(store)) or f"{work}: nothing recorded yet")
-        rows = curve.curve_rows(store, curve.open_cells(work, ft), settings, ft)
+        rows = curve.curve_rows(store, curve.open_cells(work, ft), settings, ft,
+                                work if args.report else None)
         print(curve.report_markdown(rows, ft))
         if args.report:
             args.report.mkdir(parents=True, exist_ok=True)

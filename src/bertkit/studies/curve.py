@@ -39,10 +39,12 @@ from bertkit.data.chunks import ChunkConfig, default_max_predictions
 from bertkit.data.instances import InstanceConfig
 from bertkit.data.prepare import PrepareConfig, prepare
 from bertkit.errors import BertkitError
+from bertkit.inference.pretraining import fill_mask, load_pretraining_model
 from bertkit.io import atomic_write_text, lock_output_dir, release_output_dir
 from bertkit.metrics import mean_std
 from bertkit.studies import pipeline
 from bertkit.studies.ablate import task_files
+from bertkit.studies.demo_config import FILL_MASK
 from bertkit.studies.report import (
     format_mean_std,
     markdown_table,
@@ -358,9 +360,19 @@ def gain(pre: Sequence[float], rnd: Sequence[float]) -> tuple[float, float]:
     return m1 - m0, math.sqrt(s1 ** 2 / len(pre) + s0 ** 2 / len(rnd))
 
 
+def first_guesses(point: Path) -> list[str]:
+    """The point's first fill-mask guess on each of the demo's sentences (`FILL_MASK`): the
+    same piece everywhere is the unigram plateau; context-fitting words are the way off it."""
+    if not (point / "config.json").is_file():
+        return []
+    model, tokenizer = load_pretraining_model(point, "mlm")
+    return [fill_mask(model, tokenizer, text, k=1)[0][1][0][0] for text in FILL_MASK]
+
+
 def curve_rows(store: ResultsStore, cells: ResultsStore, settings: CurveSettings,
-               ft: FinetuneSettings) -> list[dict[str, Any]]:
-    """One row per point: budget, step, tokens, held-out MLM accuracy, fine-tuned scores."""
+               ft: FinetuneSettings, work: Path | None = None) -> list[dict[str, Any]]:
+    """One row per point: budget, step, tokens, held-out MLM accuracy, the first fill-mask
+    guesses (with `work`, from the point's export), fine-tuned scores."""
     rnd = cells.scores(RANDOM, ft.task)
     rows = []
     for hours in settings.budgets_hours:
@@ -371,6 +383,7 @@ def curve_rows(store: ResultsStore, cells: ResultsStore, settings: CurveSettings
         pre = cells.scores(label, ft.task)
         row = {"budget": label, "cpu_hours": info["cpu_seconds"] / HOUR, "step": info["step"],
                "tokens": info["tokens_seen"], "mlm_acc": info.get("eval_mlm_acc"),
+               "fill_mask": first_guesses(work / "points" / label) if work else [],
                "scores": pre, "random": rnd}
         if len(pre) >= 2 and len(rnd) >= 2:
             row["gain"], row["gain_se"] = gain(pre, rnd)
@@ -385,11 +398,12 @@ def report_markdown(rows: Sequence[dict[str, Any]], ft: FinetuneSettings) -> str
         score = format_mean_std(r["scores"], scale=1.0) if r["scores"] else "—"
         rnd = format_mean_std(r["random"], scale=1.0) if r["random"] else "—"
         g = f"{r['gain']:+.1f} ± {r['gain_se']:.1f}" if "gain" in r else "—"
+        guesses = " ".join(f"`{g}`" for g in r.get("fill_mask", [])) or "—"
         table.append([r["budget"], f"{r['cpu_hours']:.2f}", r["step"], f"{r['tokens'] / 1e6:.1f}M",
-                      acc, score, rnd, g, len(r["scores"])])
+                      acc, guesses, score, rnd, g, len(r["scores"])])
     return markdown_table(["budget", "CPU-h", "step", "tokens", "held-out MLM acc. (%)",
-                           f"{ft.task} pre-trained", f"{ft.task} random init", "gain ± SE",
-                           "seeds"], table)
+                           "fill-mask, first guesses", f"{ft.task} pre-trained",
+                           f"{ft.task} random init", "gain ± SE", "seeds"], table)
 
 
 def plot_curve(rows: Sequence[dict[str, Any]], png: Path) -> Path | None:
