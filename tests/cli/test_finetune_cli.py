@@ -378,7 +378,8 @@ def test_a_failure_under_torchrun_stops_together_in_one_line(tiny_model, shared_
     assert err == f"bertkit: error: {stopped[0]} (said once)"
 
 
-def test_a_resumed_grid_starts_the_runs_it_had_not_reached(tiny_model, shared_data, tmp_path):
+def test_a_resumed_grid_starts_the_runs_it_had_not_reached(tiny_model, shared_data, tmp_path,
+                                                            capsys):
     """Killed after its first run, a grid resumed with bare --resume keeps that run and starts
     the next (each run of a resumed grid continues or starts, as `--resume auto`)."""
     out = tmp_path / "grid"
@@ -388,3 +389,8 @@ def test_a_resumed_grid_starts_the_runs_it_had_not_reached(tiny_model, shared_da
     (out / "metrics.json").unlink()
     again = finetune(tiny_model, out, "wnli", [*args, "--resume"], n=16)
     assert again["grid"] == first["grid"]
+    fresh = tmp_path / "fresh"  # bare --resume into a new folder: nothing to continue
+    code = main(["finetune", "wnli", "--model", str(tiny_model), "--output", str(fresh), *args,
+                 "--resume", "--max-train-examples", "16", "--epochs", "1", "--no-progress"])
+    assert code == 1 and "holds no earlier grid" in capsys.readouterr().err
+    assert not fresh.exists()

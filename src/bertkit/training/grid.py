@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from bertkit.checkpoint import check_model_dir
-from bertkit.io import atomic_path, claim_output_dir
+from bertkit.errors import BertkitError
+from bertkit.io import atomic_path, check_output_dir, claim_output_dir
 from bertkit.metrics import mean_std
 from bertkit.training.finetune import (
     FINETUNE_MARKER,
@@ -49,6 +50,12 @@ def run_grid(base: FinetuneConfig, lrs: list[float], epochs: list[float],
     check_model_dir(base.model_dir)
     check_data(task, base)
     grid_settings = {**run_settings(base), "grid": {"lr": lrs, "epochs": epochs, "seeds": seeds}}
+    earlier = check_output_dir(out, FINETUNE_MARKER, grid_settings, base.train.resume,
+                               inputs=[base.model_dir])
+    if base.train.resume is True and not earlier:  # bare --resume must continue something
+        raise BertkitError(f"--resume: {out} holds no earlier grid (nothing to resume; start "
+                           "without --resume, or pass --resume auto to continue when there is "
+                           "one and start when there is none)")
     claim_output_dir(out, FINETUNE_MARKER, grid_settings, base.train.resume, inputs=[base.model_dir])
     # a resumed grid's runs may have finished, stopped midway or not started: each continues
     # or starts ("auto"; a bare --resume would refuse one not started)
