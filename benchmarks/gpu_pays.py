@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import shutil
 import time
@@ -27,10 +26,18 @@ from typing import Any
 
 import torch
 
+from bertkit.io import atomic_write_text
 from bertkit.metrics import mean_std
 from bertkit.studies import pipeline
 from bertkit.studies.ablate import task_files
-from bertkit.studies.curve import CurveSettings, FinetuneSettings, architecture, prepare_data
+from bertkit.studies.curve import (
+    CurveSettings,
+    FinetuneSettings,
+    architecture,
+    gain,
+    prepare_data,
+)
+from bertkit.studies.demo_finetune import select_lr
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.finetune import FinetuneConfig, finetune_train_config
 from bertkit.training.pretrain import PretrainConfig, pretrain_train_config
@@ -76,9 +83,7 @@ class Record:
         self.write()
 
     def write(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, default=str), encoding="utf-8")
-        os.replace(tmp, self.path)
+        atomic_write_text(self.path, json.dumps(self.data, indent=2, default=str))
 
 
 def pretrain(sizes: dict, settings: CurveSettings, work: Path, device: str, record: Record) -> Path:
@@ -149,8 +154,7 @@ def finetune(sizes: dict, models: dict[str, Path], data: Path, work: Path, devic
         grid = {lr: c for lr in ft.lr_grid if (c := cell(variant, lr, ft.selection_seed))}
         if not grid:
             break
-        usable = {lr: c for lr, c in grid.items() if not c["collapsed"]} or grid
-        lr = max(usable, key=lambda x: usable[x]["score"])
+        lr = select_lr(grid)
         result[variant].update(grid={f"{k:g}": c for k, c in grid.items()}, lr=lr)
         record.put(finetune=result)
     for seed in range(ft.seeds):  # seeds alternate between the models, so a cut keeps both
@@ -173,7 +177,7 @@ def verdict(result: dict[str, Any]) -> str:
     pre, rnd = result.get("pretrained", {}), result.get("random", {})
     if not pre.get("scores") or not rnd.get("scores"):
         return "no verdict: a model has no fine-tuned seed"
-    diff = pre["mean"] - rnd["mean"]
+    diff, se = gain(pre["scores"], rnd["scores"])
     n1, n2 = len(pre["scores"]), len(rnd["scores"])
     both = (f"pre-trained {pre['mean']:.1f} ± {pre['std']:.1f} vs random init "
             f"{rnd['mean']:.1f} ± {rnd['std']:.1f} SST-2 dev accuracy ({n1} and {n2} seeds)")
@@ -183,7 +187,6 @@ def verdict(result: dict[str, Any]) -> str:
                  f"{pre.get('collapsed_seeds', 0)}, random {rnd.get('collapsed_seeds', 0)}")
     if min(n1, n2) < 2:
         return f"difference {diff:+.1f} on one seed, no spread to judge by: {both}"
-    se = math.sqrt(pre["std"] ** 2 / n1 + rnd["std"] ** 2 / n2)
     word = ("own pre-training PAYS" if diff > 2 * se else
             "own pre-training HURTS" if diff < -2 * se else "no clear difference")
     return f"{word}: {diff:+.1f} points (2 SE = {2 * se:.1f}); {both}"

@@ -226,17 +226,9 @@ def cpu_name() -> str:
     """The CPU's model name and the flags that decide its speed classes (for every figure)."""
     from bertkit.training.hardware import cpu_info
 
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    flags = cpu_info().flags
-    shown = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in flags]
-    return f"{model} ({', '.join(shown) or 'no AVX2'})"
+    cpu = cpu_info()
+    shown = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in cpu.flags]
+    return f"{cpu.model} ({', '.join(shown) or 'no AVX2'})"
 
 
 def record(job: Job, metrics: dict, timing: dict, side_by_side: int, threads: int) -> dict:

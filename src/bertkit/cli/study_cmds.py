@@ -53,7 +53,6 @@ def run(args: argparse.Namespace) -> int:
         corpus=curve.corpus_files(data_root(args.data)), model=args.model,
         vocab_size=args.vocab_size, batch_size=args.batch_size, lr=args.lr,
         threads=args.threads)
-    curve.check_corpus(settings.corpus)
     work, ft = args.work, curve.FinetuneSettings()
     if args.status or args.report:
         store = curve.open_store(work, settings)

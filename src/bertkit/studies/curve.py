@@ -45,6 +45,7 @@ from bertkit.metrics import mean_std
 from bertkit.studies import pipeline
 from bertkit.studies.ablate import task_files
 from bertkit.studies.demo_config import FILL_MASK
+from bertkit.studies.demo_finetune import select_lr
 from bertkit.studies.report import (
     format_mean_std,
     markdown_table,
@@ -58,7 +59,7 @@ from bertkit.tokenization import BertTokenizer
 from bertkit.training.finetune import FinetuneConfig, finetune_train_config
 from bertkit.training.hardware import cpu_info
 from bertkit.training.pretrain import PretrainConfig, pretrain_train_config, run_pretraining
-from bertkit.training.state import latest_checkpoint, saved_cost
+from bertkit.training.state import RESUME_AUTO, saved_cost
 
 log = logging.getLogger(__name__)
 
@@ -103,16 +104,9 @@ def budget_label(hours: float) -> str:
 
 def machine() -> dict[str, Any]:
     """The machine a record was made on: CPU model, the flags that decide speed and precision."""
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                model = line.partition(":")[2].strip()
-                break
-    except OSError:
-        pass
-    flags = sorted(cpu_info().flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
-    return {"cpu": model or platform.processor(), "flags": flags, "cores": os.cpu_count()}
+    cpu = cpu_info()
+    flags = sorted(cpu.flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+    return {"cpu": cpu.model or platform.processor(), "flags": flags, "cores": os.cpu_count()}
 
 
 @contextmanager
@@ -161,14 +155,16 @@ def architecture(settings: CurveSettings, vocab_size: int) -> BertConfig:
                              attention_probs_dropout_prob=settings.dropout)
 
 
-def run_config(settings: CurveSettings, work: Path, max_steps: int,
-               stop_at: float | None) -> PretrainConfig:
-    run = work / "run"
+def run_config(settings: CurveSettings, work: Path, run: Path, max_steps: int,
+               stop_at: float | None = None, log_every: int = 20,
+               save_every: int = 200) -> PretrainConfig:
+    """The curve's recipe as one pre-training run into `run` (continued when it holds a
+    checkpoint, started when it holds none: `--resume auto`)."""
     train = pretrain_train_config(
         str(run), max_steps=max_steps, batch_size=settings.batch_size, lr=settings.lr,
         warmup_ratio=settings.warmup_ratio, seed=settings.seed, precision="fp32",
-        log_every=20, save_every=200, keep=1, eval_every=0, progress=False,
-        resume=latest_checkpoint(run) is not None, stop_at_cpu_seconds=stop_at)
+        log_every=log_every, save_every=save_every, keep=1, eval_every=0, progress=False,
+        resume=RESUME_AUTO, stop_at_cpu_seconds=stop_at)
     return PretrainConfig(data=str(work / "shards"), train=train,
                           config_file=str(pipeline.architecture_file(run)),
                           tokenizer=str(work / "vocab"), objective=settings.objective,
@@ -183,10 +179,7 @@ def horizon_steps(store: ResultsStore, settings: CurveSettings, work: Path,
     if info is None:
         probe = work / "probe"
         shutil.rmtree(probe, ignore_errors=True)
-        cfg = run_config(settings, work, max_steps=10_000, stop_at=None)
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(
-            cfg.train, output_dir=str(probe), max_steps=12, save_every=0, resume=False,
-            log_every=4), config_file=str(pipeline.architecture_file(probe)))
+        cfg = run_config(settings, work, probe, max_steps=12, log_every=4, save_every=0)
         arch.save(cfg.config_file)
         run_pretraining(cfg)
         # steps 4 to 12 from the log: start-up, the first steps' allocations and the final
@@ -215,15 +208,12 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
         label = budget_label(hours)
         if store.pretrain_info(label) is not None:
             continue
-        stop_at = hours * HOUR
         if spent >= hours_left * HOUR:
             log.info("this sitting's %.2f CPU-hours are used; the next one continues", hours_left)
             return
-        cfg = run_config(settings, work, steps, stop_at)
         before = float(saved_cost(work / "run")["cpu_seconds"])
-        stop_at = min(stop_at, before + (hours_left * HOUR - spent))
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train,
-                                                                 stop_at_cpu_seconds=stop_at))
+        stop_at = min(hours * HOUR, before + (hours_left * HOUR - spent))
+        cfg = run_config(settings, work, work / "run", steps, stop_at)
         log.info("pre-training to %s (%.0f CPU-s; the run has %.0f)", label, stop_at, before)
         result = run_pretraining(cfg)
         spent += result.cpu_seconds - before
@@ -271,12 +261,6 @@ def status_lines(store: ResultsStore) -> list[str]:
     return lines
 
 
-def check_corpus(files: Sequence[str]) -> None:
-    missing = [f for f in files if not Path(f).is_file()]
-    if missing:
-        raise BertkitError(f"{missing[0]}: not found ({len(missing)} corpus file(s) missing)")
-
-
 # --- fine-tuning the points -------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -311,8 +295,7 @@ def selected_lr(cells: ResultsStore, ft: FinetuneSettings, variant: str) -> floa
                                                   ft.selection_seed)) for lr in ft.lr_grid}
     if any(r is None for r in runs.values()):
         return None
-    usable = {lr: r for lr, r in runs.items() if not r.get("collapsed")} or runs
-    return max(usable, key=lambda lr: usable[lr]["score"])
+    return select_lr(runs)
 
 
 def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSettings,

@@ -61,6 +61,7 @@ def resolve_device(name: str | torch.device) -> torch.device:
 class CpuInfo:
     vendor: str  # "GenuineIntel", "AuthenticAMD", ... ("" when unknown)
     flags: frozenset[str]  # /proc/cpuinfo's flags: "avx2", "avx512_bf16", "amx_bf16", ...
+    model: str = ""  # "model name", for records that name the machine ("" when unknown)
 
 
 def cpu_info(cpuinfo: str | None = None) -> CpuInfo:
@@ -76,7 +77,8 @@ def cpu_info(cpuinfo: str | None = None) -> CpuInfo:
         key, _, value = line.partition(":")
         fields.setdefault(key.strip(), value.strip())
     flags = fields.get("flags", fields.get("Features", ""))
-    return CpuInfo(fields.get("vendor_id", ""), frozenset(flags.split()))
+    return CpuInfo(fields.get("vendor_id", ""), frozenset(flags.split()),
+                   fields.get("model name", ""))
 
 
 def cpu_bf16_native(cpu: CpuInfo) -> tuple[bool, str]:

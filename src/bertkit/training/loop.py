@@ -48,6 +48,7 @@ from bertkit.training.hardware import resolve_device, resolve_precision
 from bertkit.training.optim import build_optimizer, lr_at
 from bertkit.training.runtime import (
     Run,
+    cost,
     open_tensorboard,
     restore_run,
     run_state,
@@ -339,11 +340,7 @@ def _maybe_log_and_eval(run: Run, window: Window, evaluate, schedule: StepSchedu
         record.update(_evaluate(run, evaluate))
     if not record:
         return {}
-    tick(run)
-    record = {"step": run.step, **record, "tokens_seen": run.tokens_seen,
-              "train_seconds": round(run.train_seconds, 3),
-              "cpu_seconds": round(run.cpu_seconds, 3)}
-    return _log(run, record)
+    return _log(run, {"step": run.step, **record, **cost(run)})
 
 
 def _log(run: Run, record: dict[str, Any]) -> dict[str, Any]:
@@ -378,13 +375,11 @@ def _evaluate(run: Run, evaluate) -> dict[str, float]:
 
 
 def _save(run: Run, config: TrainConfig, summary: dict[str, Any]) -> Path:
-    tick(run)
+    spent = cost(run)  # before the state, which carries the same totals
     state = run_state(run)  # collective under DDP: every rank takes part
     path = checkpoint_path(config.output_dir, run.step)
     if run.main:
-        summary = {**{k: v for k, v in summary.items() if isinstance(v, (int, float))},
-                   "tokens_seen": run.tokens_seen, "train_seconds": round(run.train_seconds, 3),
-                   "cpu_seconds": round(run.cpu_seconds, 3)}
+        summary = {**{k: v for k, v in summary.items() if isinstance(v, (int, float))}, **spent}
         path = save_training_state(config.output_dir, run.step, state, config.keep,
                                    summary=summary)
         log.info("saved training state %s", path)

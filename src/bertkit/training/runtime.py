@@ -77,6 +77,14 @@ def tick(run: Run) -> None:
     run.clock = now
 
 
+def cost(run: Run) -> dict[str, float]:
+    """The run's cost up to now (read anew): what each log line and each saved state carry,
+    and what `state.saved_cost` reads back."""
+    tick(run)
+    return {"tokens_seen": run.tokens_seen, "train_seconds": round(run.train_seconds, 3),
+            "cpu_seconds": round(run.cpu_seconds, 3)}
+
+
 def _gather_rng(run: Run) -> list[dict[str, Any]]:
     """Every rank's RNG states (dropout differs per rank), gathered for rank 0 to save."""
     mine = rng_state()
