@@ -20,7 +20,6 @@ rate per system, task and epoch count, and a Markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import shutil
@@ -32,9 +31,14 @@ import torch
 from reference_loop import Recipe, encode, fit, predict_sequences
 
 from bertkit.metrics import mean_std
+from bertkit.studies.runner import RunLog
 from bertkit.tasks import get_task
-from bertkit.training import finetune
-from bertkit.training.finetune import FinetuneConfig, finetune_train_config, run_one
+from bertkit.training.finetune import (
+    FinetuneConfig,
+    finetune_train_config,
+    load_model,
+    run_one,
+)
 from bertkit.training.stream import epoch_order
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,14 +79,12 @@ def run_bertkit_hf_model(task_name: str, seed: int, epochs: float, model_dir: st
     between the two systems into the loop's part and the model's part."""
     from transformers import AutoModelForSequenceClassification
 
-    import bertkit.training.finetune as finetune
-
-    original = finetune.load_model
+    from bertkit.training.finetune import load_model, stream_seed
 
     def load_hf(task, model_dir, labels, cfg=None):
-        ours = original(task, model_dir, labels, cfg)
+        ours = load_model(task, model_dir, labels, cfg)
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(finetune.stream_seed(cfg.train.seed, "head"))
+            torch.manual_seed(stream_seed(cfg.train.seed, "head"))
             hf = AutoModelForSequenceClassification.from_pretrained(
                 model_dir, num_labels=ours.config.num_labels,
                 **(NO_DROPOUT if args.no_dropout else {}))
@@ -92,11 +94,7 @@ def run_bertkit_hf_model(task_name: str, seed: int, epochs: float, model_dir: st
             load_paired(hf, to_hf_state_dict(ours.state_dict()))
         return _HFHead(hf, ours.config)
 
-    finetune.load_model = load_hf
-    try:
-        return run_bertkit(task_name, seed, epochs, model_dir, args, grouped=False)
-    finally:
-        finetune.load_model = original
+    return run_bertkit(task_name, seed, epochs, model_dir, args, grouped=False, load=load_hf)
 
 
 def run_hf_loop_bertkit_model(task_name: str, seed: int, epochs: float, model_dir: str,
@@ -122,25 +120,26 @@ def _without_dropout(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def run_bertkit(task_name: str, seed: int, epochs: float, model_dir: str, args,
-                grouped: bool | None = None) -> dict:
+                grouped: bool | None = None, load=None) -> dict:
     """bertkit's `run_one`; `grouped` None = bertkit's defaults, True = length-grouped batches
-    and the packed forward, False = random batches and the padded forward."""
+    and the packed forward, False = random batches and the padded forward; `load`: the model
+    (default bertkit's, without dropout under --no-dropout)."""
     out = Path(tempfile.mkdtemp(prefix="bench-stab-")) / "run"
-    original = finetune.load_model
-    if args.no_dropout:
-        finetune.load_model = lambda *a, **k: _without_dropout(original(*a, **k))
+    if load is None and args.no_dropout:
+        def load(*a, **k):
+            return _without_dropout(load_model(*a, **k))
     try:
         train = finetune_train_config(str(out), lr=args.lr, seed=seed, progress=False)
         metrics = run_one(FinetuneConfig(
             task=task_name, model_dir=model_dir, data_dir=str(args.glue), train=train,
             epochs=epochs, max_seq_length=128, max_train_examples=args.train_examples,
             max_eval_examples=args.dev_examples, predict_test=False,
-            **({} if grouped is None else {"group_by_length": grouped, "packed": grouped})))
+            **({} if grouped is None else {"group_by_length": grouped, "packed": grouped})),
+            load=load)
         return {"score": metrics[get_task(task_name).main_metric],
                 "collapsed": bool(metrics.get("collapsed")),
                 "reason": metrics.get("collapse_reason")}
     finally:
-        finetune.load_model = original
         shutil.rmtree(out.parent, ignore_errors=True)
 
 
@@ -178,7 +177,7 @@ def bertkit_head_state(task_name: str, seed: int, model_dir: str, labels, args) 
 
     cfg = FinetuneConfig(task=task_name, model_dir=model_dir, data_dir=str(args.glue),
                          train=finetune_train_config(seed=seed))
-    ours = finetune.load_model(get_task(task_name), model_dir, labels, cfg)
+    ours = load_model(get_task(task_name), model_dir, labels, cfg)
     return to_hf_state_dict(ours.state_dict())
 
 
@@ -254,10 +253,7 @@ def run_key(task: str, epochs: float, system: str, seed: int, args) -> str:
 
 def read_store(path: Path | None) -> dict[str, dict]:
     """Finished runs by key: the store lets a long study stop and go on where it stopped."""
-    if path is None or not path.exists():
-        return {}
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {r["key"]: r for r in records}
+    return {r["key"]: r for r in RunLog(path).read()} if path is not None else {}
 
 
 def table_rows(records: list[dict]) -> list[str]:
@@ -357,8 +353,7 @@ def main() -> None:
                                      "seed": seed, "train_examples": args.train_examples,
                                      "lr": args.lr, **run}
                         if args.store is not None:
-                            with args.store.open("a") as f:
-                                f.write(json.dumps(done[key]) + "\n")
+                            done[key] = RunLog(args.store).append(done[key])
                     records.append(done[key])
                     print(f"{key}: {done[key]['score']:.4f}"
                           f"{' COLLAPSED' if done[key]['collapsed'] else ''}"

@@ -55,20 +55,17 @@ from results_full import (
     FULL_BEGIN,
     FULL_END,
     Job,
-    append,
-    claim,
     done_jobs,
     full_table,
-    held,
     job_dir,
     plan,
-    read_store,
     run_study,
 )
 from results_full import epochs as full_epochs
 from results_full import record as full_record
 
 from bertkit.metrics import mean_std
+from bertkit.studies.runner import Busy, RunLog, busy, hold
 from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.finetune import (
@@ -234,7 +231,7 @@ def quick_records(records: list[dict]) -> list[dict]:
 
 
 def run_row(task: str, args) -> None:
-    done = {(r["row"], r["system"], r["seed"]) for r in read_store(args.store)}
+    done = {(r["row"], r["system"], r["seed"]) for r in RunLog(args.store).read()}
     key = row_key(task, args)
     runners = {"bertkit": run_bertkit, "transformers": run_transformers}
     ran = 0
@@ -248,11 +245,10 @@ def run_row(task: str, args) -> None:
             ran += 1
             t0 = time.perf_counter()
             metrics = runner(task, TASKS[task], seed, args)["metrics"]
-            record = {"row": key, "task": task, "system": system, "seed": seed,
-                      "metric": metric_names(task)[0], "wall_s": time.perf_counter() - t0,
-                      "metrics": metrics, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-            with args.store.open("a") as f:
-                f.write(json.dumps(record) + "\n")
+            record = RunLog(args.store).append(
+                {"row": key, "task": task, "system": system, "seed": seed,
+                 "metric": metric_names(task)[0], "wall_s": time.perf_counter() - t0,
+                 "metrics": metrics})
             print(f"{key} {system} seed {seed}: {metrics.get(record['metric'])} "
                   f"({record['wall_s']:.0f} s)", flush=True)
 
@@ -336,13 +332,14 @@ def write_doc(blocks: dict[tuple[str, str], list[str]]) -> None:
 def run_full_job(job: Job, args) -> None:
     """One run of the full-size study, appended to the store (nothing if it is there or another
     process runs it now)."""
-    with claim(job, patience=2.0) as mine:  # a study's or --status's look lets go at once
-        if not mine:
-            print(f"{job.name}: another process runs it now")
-        elif job in done_jobs(read_store(args.store)):
-            print(f"{job.name}: in the store already")
-        else:
-            _run_and_record(job, args)
+    try:
+        with hold(job_dir(job), job.name):
+            if job in done_jobs(RunLog(args.store).read()):
+                print(f"{job.name}: in the store already")
+            else:
+                _run_and_record(job, args)
+    except Busy as err:  # another process runs it now (only the claim raises Busy)
+        print(err)
 
 
 def _run_and_record(job: Job, args) -> None:
@@ -364,7 +361,8 @@ def _run_and_record(job: Job, args) -> None:
         raise
     timing = {k: got[k] for k in ("train_s", "train_cpu_s", "wall_s", "train_examples") if k in got}
     timing.update(clock.finished(part), resumed=clock.start > 0)  # trained on from a state
-    append(args.store, full_record(job, got["metrics"], timing, args.side_by_side, args.threads))
+    RunLog(args.store).append(full_record(job, got["metrics"], timing, args.side_by_side,
+                                          args.threads))
     shutil.rmtree(job_dir(job), ignore_errors=True)  # recorded: nothing left to resume
     print(f"{job.name}: {got['metrics'].get(spec['metrics'][0])} ({got['wall_s']:.0f} s)",
           flush=True)
@@ -395,9 +393,9 @@ def job_progress(job: Job) -> tuple[int, int | None]:
 def study_status(tasks: list[str], store: Path) -> list[str]:
     """Where the study stands: runs recorded, and each run that can run now that has started
     (running now, or stopped with its state kept)."""
-    records = read_store(store)
+    records = RunLog(store).read()
     ready, waiting = plan(records, tasks)
-    running = {j for j in ready if held(j)}
+    running = {j for j in ready if busy(job_dir(j))}
     started = [j for j in ready if j in running or job_dir(j).exists()]
     lines = [f"{len(done_jobs(records))} runs recorded; {len(ready)} can run now "
              f"({len(started)} started); {waiting} wait on a sweep"]
@@ -491,7 +489,7 @@ def main() -> None:
     p.add_argument("--write-doc", action="store_true", help="with --report: into docs/results.md")
     args = p.parse_args()
     if args.report:
-        records = read_store(args.store)
+        records = RunLog(args.store).read()
         full, quick = full_table(records), table(quick_records(records))
         print("\n".join(full + [""] + quick))
         if args.write_doc:
@@ -535,7 +533,7 @@ def main() -> None:
     args.train_examples = args.train_examples if args.train_examples is not None else spec["train"]
     args.dev_examples = args.dev_examples if args.dev_examples is not None else spec.get("dev")
     run_row(args.task, args)
-    print("\n".join(table([r for r in quick_records(read_store(args.store))
+    print("\n".join(table([r for r in quick_records(RunLog(args.store).read())
                            if r["task"] == args.task])))
 
 

@@ -20,16 +20,11 @@ is never stale.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
-import os
-import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from bertkit.studies.runner import RunLog, machine_name, run_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 WORK = REPO / "benchmarks" / ".study"  # both systems' resumable states until recorded (git-ignored)
@@ -142,119 +137,38 @@ def plan(records: list[dict], tasks: list[str]) -> tuple[list[Job], int]:
 
 
 def job_dir(job: Job) -> Path:
-    """The run's resumable state until the run is recorded (its log and lock sit beside it)."""
+    """The run's resumable state until the run is recorded; the folder `runner.hold` locks
+    while a process runs the job (its log sits beside it)."""
     return WORK / job.name
 
 
-def job_file(job: Job, kind: str) -> Path:
-    """The run's `log` (kept after the run: it says how the run went) or `lock` (see claim)."""
-    return WORK / f"{job.name}.{kind}"
-
-
-@contextlib.contextmanager
-def claim(job: Job, patience: float = 0.0) -> Iterator[bool]:
-    """Hold the job's lock while it runs (False: another process runs it). The lock goes with
-    the process that holds it, killed or not, so a stale lock never blocks a job. `patience`:
-    seconds to keep trying, for a lock held only for a look (`held`, `--status`)."""
-    WORK.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + patience
-    with job_file(job, "lock").open("a") as f:
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    yield False
-                    return
-                time.sleep(0.05)
-        try:
-            yield True
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def held(job: Job) -> bool:
-    """Whether another process runs the job now (a study started twice, or started again while
-    the children of a stopped one still run)."""
-    if not job_file(job, "lock").exists():
-        return False
-    with claim(job) as mine:
-        return not mine
+def job_log(job: Job) -> Path:
+    """The run's log, kept after the run: it says how the run went."""
+    return WORK / f"{job.name}.log"
 
 
 def run_study(tasks: list[str], workers: int, store: Path, threads: int,
               script: Path | None = None, poll: float = 5.0) -> list[Job]:
-    """Keep `workers` runs going (each a child `results.py` process) until the plan is empty;
-    a run that fails is not started again in this call (its log says why). Returns those."""
-    WORK.mkdir(parents=True, exist_ok=True)
-    running: dict[Job, subprocess.Popen] = {}
-    failed: list[Job] = []
+    """Keep `workers` runs going (each a child `results.py` process, one thread) until the plan
+    is empty (`runner.run_jobs`); returns the runs that failed."""
     script = script or Path(__file__).with_name("results.py")
-    while True:
-        for job, proc in list(running.items()):
-            if proc.poll() is not None:
-                del running[job]
-                if proc.returncode:
-                    failed.append(job)
-                status = "done" if proc.returncode == 0 else f"FAILED rc={proc.returncode}"
-                print(f"{time.strftime('%H:%M:%S')} {job.name}: {status}", flush=True)
-        ready, waiting = plan(read_store(store), tasks)
-        ready = [j for j in ready if j not in running and j not in failed]
-        elsewhere = [j for j in ready if held(j)]  # they take a worker's place all the same
-        ready = [j for j in ready if j not in elsewhere]
-        if not ready and not running and not elsewhere:
-            if failed:
-                print(f"study: {len(failed)} run(s) failed, see " +
-                      ", ".join(str(job_file(j, "log")) for j in failed), flush=True)
-            print(f"study: nothing left to run ({waiting} runs wait on a sweep that failed)"
-                  if waiting else "study: complete", flush=True)
-            return failed
-        while ready and len(running) + len(elsewhere) < workers:
-            job = ready.pop(0)
-            log = job_file(job, "log").open("a")
-            cmd = [sys.executable, str(script), *job.argv(), "--threads", str(threads),
-                   "--side-by-side", str(workers), "--store", str(store)]
-            running[job] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                            cwd=REPO, env={**os.environ,
-                                                           "OMP_NUM_THREADS": str(threads)})
-            print(f"{time.strftime('%H:%M:%S')} {job.name}: started", flush=True)
-        time.sleep(poll)
 
+    def command(job: Job) -> list[str]:
+        return [sys.executable, str(script), *job.argv(), "--threads", str(threads),
+                "--side-by-side", str(workers), "--store", str(store)]
 
-def cpu_name() -> str:
-    """The CPU's model name and the flags that decide its speed classes (for every figure)."""
-    from bertkit.training.hardware import cpu_info
-
-    cpu = cpu_info()
-    shown = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in cpu.flags]
-    return f"{cpu.model} ({', '.join(shown) or 'no AVX2'})"
+    return run_jobs(lambda: plan(RunLog(store).read(), tasks), command, workers=workers,
+                    folder=job_dir, log_file=job_log, env={"OMP_NUM_THREADS": str(threads)},
+                    cwd=REPO, poll=poll)
 
 
 def record(job: Job, metrics: dict, timing: dict, side_by_side: int, threads: int) -> dict:
+    """One finished run, as the store keeps it (`RunLog.append` adds the date and machine)."""
     return {"row": row_key(job.task, job.lr), "size": "full", "task": job.task,
             "system": job.system, "seed": job.seed, "lr": job.lr,
             "role": "lr-sweep" if job.seed == SWEEP_SEED else "row",
             "metric": FULL[job.task]["metrics"][0], "metrics": metrics, **timing,
-            "threads": threads, "side_by_side": side_by_side, "cpu": cpu_name(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-
-
-def read_store(path: Path) -> list[dict]:
-    """Every run of the store (quick and full size), one record a line; none before the first."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def append(store: Path, rec: dict) -> None:
-    """One write of one line: children of the study append to the same store side by side."""
-    line = (json.dumps(rec) + "\n").encode()
-    fd = os.open(store, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+            "threads": threads, "side_by_side": side_by_side, "cpu": machine_name()}
 
 
 FULL_BEGIN, FULL_END = "<!-- full-table:begin -->", "<!-- full-table:end -->"

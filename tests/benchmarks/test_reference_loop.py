@@ -3,16 +3,12 @@ run takes hours, so a killed one continues from its last state, to the same mode
 
 import os
 import signal
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from reference_loop import Checkpointing, Recipe, fit  # benchmarks/ is on pytest's path
 from torch import nn
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from reference_loop import Checkpointing, Recipe, fit  # noqa: E402
 
 X = torch.randn(40, 6, generator=torch.Generator().manual_seed(0))
 Y = (X.sum(1) > 0).long()

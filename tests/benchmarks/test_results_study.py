@@ -4,15 +4,14 @@ store alone, so that a stopped study goes on where it stopped."""
 import json
 import sys
 import threading
-import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import results_full as study  # benchmarks/ is on pytest's path (pyproject.toml)
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import results_full as study  # noqa: E402
+from bertkit.studies.runner import RunLog, busy
+from tests.helpers import held_elsewhere
 
 
 def run(task, lr, seed, system, score, **extra):
@@ -102,7 +101,7 @@ def test_every_full_row_names_its_metrics_and_a_published_reference(task):
 def test_the_docs_full_table_is_the_stores():
     """docs/results.md shows what the committed store holds (`results.py --report --write-doc`
     after the runs): a store committed without its table, or a hand edit, fails here."""
-    records = study.read_store(study.REPO / "benchmarks" / "results_runs.jsonl")
+    records = RunLog(study.REPO / "benchmarks" / "results_runs.jsonl").read()
     doc = (study.REPO / "docs" / "results.md").read_text(encoding="utf-8")
     shown = doc.split(study.FULL_BEGIN, 1)[1].split(study.FULL_END, 1)[0].strip().splitlines()
     assert shown == study.full_table(records)
@@ -159,7 +158,7 @@ def test_a_stopped_run_keeps_its_state_and_time_and_a_recorded_one_leaves_none(t
     assert kept["step"] == 2 and kept["train_s"] >= 0.05
     run.part()
     assert run.resumes == [False, "auto"]  # continues its own folder the second time
-    [rec] = study.read_store(run.args.store)
+    [rec] = RunLog(run.args.store).read()
     assert rec["metrics"] == {"mcc": 0.25} and (rec["task"], rec["seed"]) == ("cola", 0)
     assert rec["resumed"] and rec["timed_whole"] and rec["train_s"] >= 0.1  # both parts
     assert not run.out.parent.exists()  # recorded: nothing left to resume
@@ -176,7 +175,7 @@ def test_a_part_killed_outright_leaves_the_runs_time_incomplete(tmp_path, monkey
     with pytest.raises(KeyboardInterrupt):
         run.part(KeyboardInterrupt())  # as SIGKILL: its state (step 4) but no time written
     run.part()
-    [rec] = study.read_store(run.args.store)
+    [rec] = RunLog(run.args.store).read()
     assert rec["resumed"] and not rec["timed_whole"]
     assert study._speed([rec]) == "–"  # the table leaves its time out
 
@@ -193,7 +192,7 @@ def test_a_run_that_fails_is_not_started_again_and_the_study_says_so(tmp_path, m
     assert sorted(failed, key=sweep.index) == sweep
     out = capsys.readouterr().out
     assert out.count("FAILED rc=1") == 3 and "3 run(s) failed" in out
-    assert "wait on a sweep" in out  # the row's runs need the sweep's lr
+    assert "10 runs wait on runs that failed" in out  # the row's runs need the sweep's lr
     assert (tmp_path / "study" / f"{sweep[0].name}.log").read_text() == "bad data\n"
 
 
@@ -203,10 +202,8 @@ def test_a_job_another_process_runs_is_neither_run_again_nor_counted_out(tmp_pat
     failing = tmp_path / "fails.py"
     failing.write_text("import sys\nsys.exit(1)\n")
     first = study.Job("rte", study.LR_GRID[0], study.SWEEP_SEED, "bertkit")
-    with study.claim(first) as mine:  # as a child of a study stopped earlier would
-        assert mine and study.held(first)
-        with study.claim(first) as again:
-            assert not again
+    with held_elsewhere(study.job_dir(first)):  # as a child of a study stopped earlier would
+        assert busy(study.job_dir(first))
         failed = []
         runner = threading.Thread(target=lambda: failed.extend(study.run_study(
             ["rte"], 2, tmp_path / "runs.jsonl", 1, script=failing, poll=0.05)))
@@ -214,29 +211,21 @@ def test_a_job_another_process_runs_is_neither_run_again_nor_counted_out(tmp_pat
         runner.join(1.0)
         assert runner.is_alive()  # the held job is still to be run: the study waits
     runner.join(10.0)
-    assert not study.held(first)
+    assert not busy(study.job_dir(first))
     assert failed[-1] == first and len(failed) == 3  # run once the other process let go
     out = capsys.readouterr().out
     starts = [line.split()[1] for line in out.splitlines() if line.endswith("started")]
     assert starts[-1] == f"{first.name}:" and len(starts) == 3
 
 
-def test_a_run_waits_out_a_look_at_its_lock_but_not_a_run_that_holds_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(study, "WORK", tmp_path / "study")
-    job = study.Job("rte", 2e-5, 0, "bertkit")
-    looking = threading.Event()
+def test_a_job_another_process_runs_is_not_run_twice(tmp_path, monkeypatch, capsys):
+    import results
 
-    def look():  # as `held` in a study's poll or in --status: the lock for a moment
-        with study.claim(job):
-            looking.set()
-            time.sleep(0.3)
-
-    threading.Thread(target=look).start()
-    looking.wait()
-    with study.claim(job, patience=2.0) as mine:
-        assert mine  # before, the run said "another process runs it" and exited
-        with study.claim(job, patience=0.2) as again:
-            assert not again  # a run that holds it is waited for only as long as patience
+    run = Parts(results, tmp_path, monkeypatch)
+    with held_elsewhere(study.job_dir(run.job)):
+        run.part()
+    assert "is running in another process" in capsys.readouterr().out
+    assert run.resumes == [] and not run.args.store.exists()
 
 
 def test_the_status_shows_each_started_run_and_the_step_its_state_is_at(tmp_path, monkeypatch):
@@ -246,7 +235,7 @@ def test_the_status_shows_each_started_run_and_the_step_its_state_is_at(tmp_path
     monkeypatch.setattr(study, "WORK", tmp_path / "study")
     store = tmp_path / "runs.jsonl"
     for lr, score in zip(study.LR_GRID, (0.55, 0.58, 0.54)):  # 3e-5 chosen
-        study.append(store, run("rte", lr, study.SWEEP_SEED, "bertkit", score))
+        RunLog(store).append(run("rte", lr, study.SWEEP_SEED, "bertkit", score))
     assert results.study_status(["rte"], store) == [
         "3 runs recorded; 10 can run now (0 started); 0 wait on a sweep"]
     first, reference = (study.Job("rte", 3e-5, 0, system) for system in ("bertkit", "transformers"))
@@ -257,7 +246,7 @@ def test_the_status_shows_each_started_run_and_the_step_its_state_is_at(tmp_path
     (out / "metrics.jsonl").write_text('{"step": 50}\n{"step": 60}\n{"st')  # cut by a kill
     study.job_dir(reference).mkdir(parents=True)
     torch.save({"step": 78, "run": {"steps": 234}}, study.job_dir(reference) / "reference.pt")
-    with study.claim(first):  # its study runs it now
+    with held_elsewhere(study.job_dir(first)):  # its study runs it now
         lines = results.study_status(["rte"], store)
     assert lines == ["3 runs recorded; 10 can run now (2 started); 0 wait on a sweep",
                      f"  {first.name}: running, step 60 of 234, state saved at step 50",

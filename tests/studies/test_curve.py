@@ -52,7 +52,7 @@ def test_points_at_cpu_budgets_across_sittings(settings, tmp_path):
 
 
 def _hold(work, part, ready, done):
-    with curve.study_lock(work, part):
+    with curve.sitting(work, part):
         ready.set()
         done.wait(30)
 
@@ -65,14 +65,14 @@ def test_a_second_sitting_of_the_same_part_is_refused(tmp_path):
     try:
         assert ready.wait(30)
         with pytest.raises(BertkitError, match="another pretrain sitting"):
-            with curve.study_lock(tmp_path, "pretrain"):
+            with curve.sitting(tmp_path, "pretrain"):
                 pass
-        with curve.study_lock(tmp_path, "finetune"):  # the other part may run beside it
+        with curve.sitting(tmp_path, "finetune"):  # the other part may run beside it
             pass
     finally:
         done.set()
         child.join(30)
-    with curve.study_lock(tmp_path, "pretrain"):  # released when its holder ended
+    with curve.sitting(tmp_path, "pretrain"):  # released when its holder ended
         pass
 
 

@@ -67,12 +67,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {page} and {args.report / 'pretrain_curve.png'}")
         return 0
     if args.finetune:
-        with curve.study_lock(work, "finetune"):
+        with curve.sitting(work, "finetune"):
             torch.set_num_threads(settings.threads)
             curve.finetune_points(curve.open_store(work, settings), curve.open_cells(work, ft),
                                   settings, ft, work, data_root(args.data))
         return 0
-    with curve.study_lock(work, "pretrain"):
+    with curve.sitting(work, "pretrain"):
         store = curve.open_store(work, settings)
         for line in curve.status_lines(store):
             log.info("%s", line)

@@ -25,11 +25,9 @@ import dataclasses
 import json
 import logging
 import math
-import os
-import platform
 import shutil
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +38,7 @@ from bertkit.data.instances import InstanceConfig
 from bertkit.data.prepare import PrepareConfig, prepare
 from bertkit.errors import BertkitError
 from bertkit.inference.pretraining import fill_mask, load_pretraining_model
-from bertkit.io import atomic_write_text, lock_output_dir, release_output_dir
+from bertkit.io import atomic_write_text
 from bertkit.metrics import mean_std
 from bertkit.studies import pipeline
 from bertkit.studies.ablate import task_files
@@ -55,9 +53,9 @@ from bertkit.studies.report import (
     write_markdown,
 )
 from bertkit.studies.results import ResultsStore
+from bertkit.studies.runner import hold, machine
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.finetune import FinetuneConfig, finetune_train_config
-from bertkit.training.hardware import cpu_info
 from bertkit.training.pretrain import PretrainConfig, pretrain_train_config, run_pretraining
 from bertkit.training.state import RESUME_AUTO, saved_cost
 
@@ -102,29 +100,10 @@ def budget_label(hours: float) -> str:
     return f"{hours:g}h"
 
 
-def machine() -> dict[str, Any]:
-    """The machine a record was made on: CPU model, the flags that decide speed and precision."""
-    cpu = cpu_info()
-    flags = sorted(cpu.flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
-    return {"cpu": cpu.model or platform.processor(), "flags": flags, "cores": os.cpu_count()}
-
-
-@contextmanager
-def study_lock(work: Path, part: str) -> Iterator[None]:
-    """One sitting of each part (pre-training, fine-tuning) at a time in a work folder: the
-    run-folder lock (`io.lock_output_dir`: released by the OS if the process dies) on a folder
-    of the part's own, which no run inside the sitting takes or releases."""
-    folder = work / f"sitting-{part}"
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        lock_output_dir(folder)
-    except BertkitError as err:
-        raise BertkitError(f"{work}: another {part} sitting of this study is running ({err})"
-                           ) from None
-    try:
-        yield
-    finally:
-        release_output_dir(folder)
+def sitting(work: Path, part: str) -> AbstractContextManager[None]:
+    """One sitting of each part (pre-training, fine-tuning) at a time in a work folder:
+    `runner.hold` on a folder of the part's own, which no run inside the sitting takes."""
+    return hold(work / f"sitting-{part}", f"another {part} sitting of the study in {work}")
 
 
 def open_store(work: Path, settings: CurveSettings) -> ResultsStore:

@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -291,8 +292,11 @@ def train_config(cfg: FinetuneConfig, n_features: int) -> TrainConfig:
     return dataclasses.replace(cfg.train, max_steps=steps, save_every=every)
 
 
-def run_one(cfg: FinetuneConfig) -> dict[str, Any]:
+def run_one(cfg: FinetuneConfig, *, load: Callable[..., nn.Module] | None = None
+            ) -> dict[str, Any]:
     """Fine-tune once with cfg's lr / epochs / seed; returns (and writes) metrics.json.
+    `load(task, model_dir, labels, cfg)` builds the model (default `load_model`): the stability
+    benchmark passes its own, a `transformers` model or one without dropout.
 
     Under torchrun every rank trains; rank 0 alone claims the folder and, after training,
     evaluates, exports the model and writes the predictions and metrics.json. The other ranks
@@ -328,7 +332,7 @@ def run_one(cfg: FinetuneConfig) -> dict[str, Any]:
                          inputs=[cfg.model_dir])
     distributed.barrier()  # claimed before any rank looks for checkpoints in it
     try:
-        return _train_claimed(task, cfg, data, tokenizer, settings, resume)
+        return _train_claimed(task, cfg, data, tokenizer, settings, resume, load or load_model)
     finally:
         # the run-folder lock (claim_output_dir, the loop) held over the whole run, its
         # export and metrics.json included; a long-lived caller (a study, a grid) would
@@ -337,11 +341,12 @@ def run_one(cfg: FinetuneConfig) -> dict[str, Any]:
 
 
 def _train_claimed(task: Task, cfg: FinetuneConfig, data: TaskData, tokenizer: BertTokenizer,
-                   settings: FeatureSettings, resume: bool) -> dict[str, Any]:
+                   settings: FeatureSettings, resume: bool,
+                   load: Callable[..., nn.Module]) -> dict[str, Any]:
     """run_one's training, evaluation and release, in its claimed folder."""
     out = Path(cfg.output_dir)
     main = distributed.is_main()
-    model = load_model(task, cfg.model_dir, data.labels, cfg)
+    model = load(task, cfg.model_dir, data.labels, cfg)
     check_vocab(model.config, tokenizer.vocab_size, cfg.model_dir)
     loop_cfg = dataclasses.replace(train_config(cfg, len(data.train.features)), resume=resume)
     lengths = feature_lengths(data.train.features) if cfg.group_by_length else None

