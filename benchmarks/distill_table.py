@@ -1,0 +1,132 @@
+"""docs/distillation.md's full-size table, from the runs of benchmarks/study_distill.sh.
+
+    python benchmarks/distill_table.py ../bertkit-studies/distill            # record + print
+    python benchmarks/distill_table.py ../bertkit-studies/distill --write-doc
+
+Each finished `bertkit distill` run (its WORK/TASK/STUDENT-seedS/results.json) is recorded once
+in benchmarks/distill_runs.jsonl (a `RunLog`: the date and machine added), so the table is made
+from committed records, not from a work folder that may be gone; then the table is printed (and
+with --write-doc put between the markers of docs/distillation.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from bertkit.metrics import mean_std
+from bertkit.studies.runner import RunLog, machine_name
+
+REPO = Path(__file__).resolve().parents[1]
+STORE = REPO / "benchmarks" / "distill_runs.jsonl"
+DOC = REPO / "docs" / "distillation.md"
+BEGIN, END = "<!-- distill-table:begin -->", "<!-- distill-table:end -->"
+TASKS = ("mrpc", "stsb", "conll2003", "sst2")
+STUDENTS = ("layers:0,2,4", "layers:0,3", "tiny")
+
+
+def record(results: dict) -> dict:
+    """What the table needs of one run's results.json."""
+    speed = results.get("speed") or {}
+    return {"key": f"{results['task']}/{results['student']}/{results['seed']}",
+            "task": results["task"], "student": results["student"], "seed": results["seed"],
+            "metric": results["metric"], "teacher_dev": results["teacher_dev"],
+            "student_dev": results["student_dev"], "baseline_dev": results["baseline_dev"],
+            "student_layers": results["student_layers"],
+            "student_parameters": results["student_parameters"],
+            "teacher_parameters": results["teacher_parameters"],
+            "lr": results["lr"], "epochs": results["epochs"], "steps": results["steps"],
+            "transfer": results["transfer"],
+            "cpu_speedup": speed.get("cpu_speedup"), "speedup": speed.get("speedup"),
+            "teacher_texts_per_cpu_s": speed.get("teacher_texts_per_cpu_s"),
+            "threads": speed.get("threads")}
+
+
+def collect(work: Path, log: RunLog) -> int:
+    """Record every finished run of `work` not yet in the log; returns how many were new."""
+    known = {r["key"] for r in log.read()}
+    new = 0
+    for path in sorted(work.glob("*/*-seed*/results.json")):
+        rec = record(json.loads(path.read_text(encoding="utf-8")))
+        if rec["key"] not in known:
+            log.append(rec)
+            known.add(rec["key"])
+            new += 1
+    return new
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "–"
+    mean, std = mean_std(values)
+    return f"{mean:.1f} ± {std:.1f} ({len(values)})" if len(values) > 1 else f"{mean:.1f} (1)"
+
+
+def _of(values: list[float], teacher: float) -> str:
+    """The mean as a fraction of the teacher's score."""
+    return f"{mean_std(values)[0] / teacher:.3f}" if values else "–"
+
+
+def _paired(runs: list[dict]) -> str:
+    """With minus without the teacher, seed by seed: mean ± standard error."""
+    diffs = [100 * (r["student_dev"] - r["baseline_dev"]) for r in runs
+             if r["baseline_dev"] is not None]
+    if len(diffs) < 2:
+        return f"{diffs[0]:+.1f}" if diffs else "–"
+    mean, std = mean_std(diffs)
+    return f"{mean:+.1f} ± {std / math.sqrt(len(diffs)):.1f}"
+
+
+def table(records: list[dict]) -> list[str]:
+    lines = ["| task (metric) | student | layers | parameters | with the teacher | of teacher "
+             "| without the teacher | of teacher | with − without (± SE) | CPU speed-up |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for task in TASKS:
+        runs = [r for r in records if r["task"] == task]
+        if not runs:
+            continue
+        teacher = 100 * runs[0]["teacher_dev"]  # one teacher a task (seed 0)
+        lines.append(f"| {task} ({runs[0]['metric']}) | teacher: MiniLM-L6 fine-tuned | 6 | "
+                     f"{runs[0]['teacher_parameters'] / 1e6:.1f}M | **{teacher:.1f}** | 1 | – "
+                     f"| – | – | 1 |")
+        for student in STUDENTS:
+            mine = sorted((r for r in runs if r["student"] == student), key=lambda r: r["seed"])
+            if not mine:
+                continue
+            with_t = [100 * r["student_dev"] for r in mine]
+            without = [100 * r["baseline_dev"] for r in mine if r["baseline_dev"] is not None]
+            speed = [r["cpu_speedup"] for r in mine if r["cpu_speedup"]]
+            lines.append(
+                f"| {task} | `{student}` (lr {mine[0]['lr']:g}) | {mine[0]['student_layers']} | "
+                f"{mine[0]['student_parameters'] / 1e6:.1f}M | {_cell(with_t)} | {_of(with_t, teacher)} | "
+                f"{_cell(without)} | {_of(without, teacher)} | {_paired(mine)} | "
+                f"{(sum(speed) / len(speed)) if speed else float('nan'):.2f}x |")
+    if records:
+        lines += ["", f"Machine: {machine_name(records[-1])}; {records[0]['date']} to "
+                      f"{records[-1]['date']}."]
+    return lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("work", type=Path, help="the folder study_distill.sh ran in")
+    p.add_argument("--store", type=Path, default=STORE)
+    p.add_argument("--write-doc", action="store_true", help="into docs/distillation.md")
+    args = p.parse_args()
+    log = RunLog(args.store)
+    print(f"{collect(args.work, log)} new run(s) recorded in {args.store}")
+    lines = table(log.read())
+    print("\n".join(lines))
+    if args.write_doc:
+        text = DOC.read_text(encoding="utf-8")
+        if BEGIN not in text or END not in text:
+            raise SystemExit(f"{DOC}: no {BEGIN} ... {END} block to replace")
+        head, rest = text.split(BEGIN, 1)
+        DOC.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END
+                       + rest.split(END, 1)[1], encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

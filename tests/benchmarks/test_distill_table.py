@@ -1,0 +1,35 @@
+"""The distillation table (benchmarks/distill_table.py): runs recorded once, the table's cells."""
+
+import json
+
+import distill_table  # benchmarks/ is on pytest's path (pyproject.toml)
+
+from bertkit.studies.runner import RunLog
+
+
+def results(seed, student_dev, baseline_dev, student="layers:0,3"):
+    return {"task": "mrpc", "student": student, "seed": seed, "metric": "f1",
+            "teacher_dev": 0.80, "student_dev": student_dev, "baseline_dev": baseline_dev,
+            "student_layers": 2, "student_parameters": 15_600_000,
+            "teacher_parameters": 22_700_000, "lr": 3e-5, "epochs": 3.0, "steps": 345,
+            "transfer": {"labelled": 3668, "unlabelled": 0},
+            "speed": {"cpu_speedup": 2.9, "speedup": 3.0, "teacher_texts_per_cpu_s": 100.0,
+                      "threads": 1}}
+
+
+def test_each_run_is_recorded_once_and_the_row_pairs_seeds(tmp_path):
+    for seed, (s, b) in enumerate([(0.78, 0.76), (0.76, 0.75), (0.77, 0.74)]):
+        run = tmp_path / "mrpc" / f"layers03-seed{seed}"
+        run.mkdir(parents=True)
+        (run / "results.json").write_text(json.dumps(results(seed, s, b)))
+    log = RunLog(tmp_path / "runs.jsonl")
+    assert distill_table.collect(tmp_path, log) == 3
+    assert distill_table.collect(tmp_path, log) == 0  # recorded once
+    lines = distill_table.table(log.read())
+    assert lines[2].startswith("| mrpc (f1) | teacher") and "**80.0**" in lines[2]
+    row = lines[3].split(" | ")
+    assert row[4] == "77.0 ± 1.0 (3)" and row[5] == "0.963"  # mean, sample std; 77 / 80
+    assert row[6] == "75.0 ± 1.0 (3)" and row[7] == "0.938"
+    # with - without, seed by seed: +2, +1, +3 -> mean 2, std 1, SE 1/sqrt(3)
+    assert row[8] == "+2.0 ± 0.6" and row[9] == "2.90x |"
+    assert lines[-1].startswith("Machine: ")
