@@ -62,15 +62,20 @@ class Stopped(KeyboardInterrupt):
 class Checkpointing:
     """Where the loop keeps its whole state, and every how many steps (0: every epoch): a run
     started again from the same file continues from the last state, the same steps bit for bit.
-    The study removes the file's folder once the run is recorded."""
+    The state also holds the run's training seconds (wall and CPU) up to its step, summed over
+    the sittings, as bertkit's loop keeps them, so that `fit` returns a resumed run's whole
+    cost (steps lost to a kill and trained again counted once). The study removes the folder
+    once the run is recorded."""
 
     path: Path
     every: int = 0
 
-    def save(self, run: dict, step: int, order: list[int], model, opt, sched, gen) -> None:
+    def save(self, run: dict, step: int, order: list[int], model, opt, sched, gen,
+             cost: dict[str, float]) -> None:
         state = {"run": run, "step": step, "order": order, "model": model.state_dict(),
                  "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                 "order_rng": gen.get_state(), "torch_rng": torch.get_rng_state()}
+                 "order_rng": gen.get_state(), "torch_rng": torch.get_rng_state(),
+                 "cost": cost}
         tmp = self.path.with_name(self.path.name + ".tmp")
         torch.save(state, tmp)
         os.replace(tmp, self.path)  # a kill while writing leaves the previous state
@@ -105,18 +110,21 @@ class Checkpointing:
 
 def fit(model, make_batch, n: int, recipe: Recipe, seed: int,
         checkpoint: Checkpointing | None = None,
-        batches: Sequence[list[int]] | None = None) -> None:
+        batches: Sequence[list[int]] | None = None) -> dict[str, float] | None:
     """The loop: one shuffled order per epoch from the seed, AdamW, linear schedule, clip 1.0.
     With `checkpoint`, it continues from the last state kept there. With `batches`, step s
-    trains on `batches[s]` instead (the stability study's pairing: bertkit's data order)."""
+    trains on `batches[s]` instead (the stability study's pairing: bertkit's data order).
+    Returns the run's training seconds, {"train_s", "train_cpu_s"}, summed over its sittings
+    (None: resumed from a state saved before the loop counted them)."""
     per_epoch = math.ceil(n / recipe.batch_size)
     steps = math.ceil(per_epoch * recipe.epochs)
     opt, sched = _optimizer(model, recipe, steps)
     gen = torch.Generator().manual_seed(seed)
     run = {"examples": n, "steps": steps, "seed": seed, **asdict(recipe)}
     state = checkpoint.load(run) if checkpoint is not None else None
-    start, order = 0, []
+    start, order, before = 0, [], {"train_s": 0.0, "train_cpu_s": 0.0}
     if state is not None:
+        before = state.get("cost")  # None: a state saved before the loop counted its seconds
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -129,6 +137,14 @@ def fit(model, make_batch, n: int, recipe: Recipe, seed: int,
                        disable=checkpoint is None)
     # SIGTERM/SIGINT with a checkpoint: save at the end of the step, then stop
     guard = signal_guard() if checkpoint is not None else contextlib.nullcontext()
+    t0, c0 = time.perf_counter(), time.process_time()
+
+    def cost() -> dict[str, float] | None:  # the run's seconds so far, every sitting's
+        if before is None:
+            return None
+        return {"train_s": before["train_s"] + time.perf_counter() - t0,
+                "train_cpu_s": before["train_cpu_s"] + time.process_time() - c0}
+
     with bar, guard as stop:
         for step in range(start, steps):
             if step % per_epoch == 0:
@@ -146,9 +162,10 @@ def fit(model, make_batch, n: int, recipe: Recipe, seed: int,
             if checkpoint is None or step + 1 == steps:
                 continue
             if stop.is_set() or (step + 1) % (checkpoint.every or per_epoch) == 0:
-                checkpoint.save(run, step + 1, order, model, opt, sched, gen)
+                checkpoint.save(run, step + 1, order, model, opt, sched, gen, cost())
             if stop.is_set():
                 raise Stopped(f"stopped at step {step + 1}; saved {checkpoint.path}")
+    return cost()
 
 
 def train_sequence_classifier(model_dir: str, task, train: list, labels: list[str] | None,
@@ -168,8 +185,7 @@ def train_sequence_classifier(model_dir: str, task, train: list, labels: list[st
         batch = tok.pad({k: [enc[k][i] for i in idx] for k in enc}, return_tensors="pt")
         return {**batch, "labels": torch.tensor([target[i] for i in idx], dtype=dtype)}
 
-    fit(model, make_batch, len(train), recipe, seed, checkpoint)
-    return model, tok
+    return model, tok, fit(model, make_batch, len(train), recipe, seed, checkpoint)
 
 
 def predict_sequences(model, tok, task, dev: list, labels: list[str] | None,
@@ -216,8 +232,7 @@ def train_token_classifier(model_dir: str, train: list, labels: list[str], recip
         rows = [targets[i] + [-100] * (T - len(targets[i])) for i in idx]
         return {**batch, "labels": torch.tensor(rows)}
 
-    fit(model, make_batch, len(train), recipe, seed, checkpoint)
-    return model, tok
+    return model, tok, fit(model, make_batch, len(train), recipe, seed, checkpoint)
 
 
 def predict_tags(model, tok, examples: list, labels: list[str], recipe: Recipe) -> dict:
@@ -280,8 +295,7 @@ def train_question_answering(model_dir: str, train: list, recipe: Recipe, seed: 
         return {**batch, "start_positions": torch.tensor([spans[i][0] for i in idx]),
                 "end_positions": torch.tensor([spans[i][1] for i in idx])}
 
-    fit(model, make_batch, len(spans), recipe, seed, checkpoint)
-    return model, tok
+    return model, tok, fit(model, make_batch, len(spans), recipe, seed, checkpoint)
 
 
 def _best_span(example, windows, n_best: int, max_answer_length: int) -> dict:

@@ -42,7 +42,6 @@ import torch
 from reference_loop import (
     Checkpointing,
     Recipe,
-    Stopped,
     predict_answers,
     predict_sequences,
     predict_tags,
@@ -75,8 +74,7 @@ from bertkit.training.finetune import (
     prepare_data,
     run_one,
 )
-from bertkit.training.loop import TrainingInterrupted
-from bertkit.training.state import list_checkpoints, saved_cost
+from bertkit.training.state import list_checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
@@ -133,22 +131,13 @@ def metric_names(task: str) -> list[str]:
     return TASKS[task].get("metrics") or [get_task(TASKS[task].get("task", task)).main_metric]
 
 
-def _part_seconds(times: dict, before: dict, after: dict) -> None:
-    times["train_s"] = after["train_seconds"] - before["train_seconds"]
-    times["train_cpu_s"] = after["cpu_seconds"] - before["cpu_seconds"]
-
-
-def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None,
-                times: dict | None = None) -> dict:
+def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None) -> dict:
     """One run of run_one. With `out`, the caller's run folder, a killed run resumes from its
-    last saved state (then its times cover this part only); without, a temporary one. `times`
-    gets this part's training seconds even when the run is stopped."""
+    last saved state; without, a temporary one. Its training seconds are the loop's own (wall
+    and CPU), summed over every sitting and saved with each state (`TrainResult`, in
+    metrics.json), so a resumed run's are its whole run's."""
     keep = out is not None
     out = out or Path(tempfile.mkdtemp(prefix="results-")) / "run"
-    times = {} if times is None else times
-    # the training's own seconds, summed by the loop over every sitting and saved with each
-    # state: this part's are the total at its end less the total it resumed from
-    before = saved_cost(out)
     try:
         t0 = time.perf_counter()
         # a study's run logs to a file: the bar there (every 30 s) shows how far it is
@@ -156,29 +145,21 @@ def run_bertkit(task: str, spec: dict, seed: int, args, out: Path | None = None,
         metrics = run_one(finetune_config(task, spec, seed, str(out), args,
                                           resume="auto" if keep and out.exists() else False,
                                           progress=keep))
-        times["wall_s"] = time.perf_counter() - t0
-    except TrainingInterrupted:  # stopped at the end of a step: its state holds the totals
-        _part_seconds(times, before, saved_cost(out))
-        raise
+        wall = time.perf_counter() - t0
     finally:
         if not keep:
             shutil.rmtree(out.parent, ignore_errors=True)
-    # a run finished and kept by an earlier sitting (its metrics.json) is read back whole: its
-    # cost is in the record when bertkit wrote it, else unknown (and then zero this part)
-    _part_seconds(times, before, {"train_seconds": metrics.get("train_seconds", 0.0),
-                                  "cpu_seconds": metrics.get("train_cpu_seconds", 0.0)})
     scores = {k: v for k, v in metrics.items() if isinstance(v, float)
               and k not in ("lr", "train_seconds", "train_cpu_seconds")}
-    return {"metrics": scores, "train_examples": metrics["train_examples"], **times}
+    return {"metrics": scores, "train_examples": metrics["train_examples"], "wall_s": wall,
+            "train_s": metrics.get("train_seconds"), "train_cpu_s": metrics.get("train_cpu_seconds")}
 
 
-def run_transformers(task: str, spec: dict, seed: int, args, state: Path | None = None,
-                     times: dict | None = None) -> dict:
+def run_transformers(task: str, spec: dict, seed: int, args, state: Path | None = None) -> dict:
     """The same examples as bertkit (its `prepare_data`), trained by the reference loop. With
     `state`, the loop keeps its state in that file (every epoch, or `save_every` steps), so
-    that a killed run resumes (then its times cover this part only). `times` gets this part's
-    training seconds even when the run is stopped."""
-    times = {} if times is None else times
+    that a killed run resumes; the loop's training seconds are summed over the sittings in its
+    state, as bertkit's."""
     t_start = time.perf_counter()
     checkpoint = None
     if state is not None:
@@ -188,20 +169,15 @@ def run_transformers(task: str, spec: dict, seed: int, args, state: Path | None 
     t = build_task(cfg)
     data = prepare_data(t, cfg, BertTokenizer.from_pretrained(args.model_dir), cfg.settings(t))
     recipe = Recipe(lr=args.lr, epochs=args.epochs, max_seq_length=cfg.settings(t).max_seq_length)
-    t0, c0 = time.perf_counter(), time.process_time()
-    try:
-        if t.name.startswith("squad"):
-            model, tok = train_question_answering(args.model_dir, data.train.examples, recipe,
-                                                  seed, checkpoint=checkpoint)
-        elif t.name == "conll2003":
-            model, tok = train_token_classifier(args.model_dir, data.train.examples, data.labels,
-                                                recipe, seed, checkpoint)
-        else:
-            model, tok = train_sequence_classifier(args.model_dir, t, data.train.examples,
-                                                   data.labels, recipe, seed, checkpoint)
-    finally:
-        times["train_s"] = time.perf_counter() - t0
-        times["train_cpu_s"] = time.process_time() - c0
+    if t.name.startswith("squad"):
+        model, tok, cost = train_question_answering(args.model_dir, data.train.examples, recipe,
+                                                    seed, checkpoint=checkpoint)
+    elif t.name == "conll2003":
+        model, tok, cost = train_token_classifier(args.model_dir, data.train.examples,
+                                                  data.labels, recipe, seed, checkpoint)
+    else:
+        model, tok, cost = train_sequence_classifier(args.model_dir, t, data.train.examples,
+                                                     data.labels, recipe, seed, checkpoint)
     if t.name.startswith("squad"):
         dev = data.dev_splits[0].examples
         scores = t.score(dev, predict_answers(model, tok, dev, recipe))
@@ -218,7 +194,8 @@ def run_transformers(task: str, spec: dict, seed: int, args, state: Path | None 
     scores = {k: float(v) for k, v in scores.items()
               if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return {"metrics": scores, "train_examples": len(data.train.examples),
-            **times, "wall_s": time.perf_counter() - t_start}
+            **(cost or {"train_s": None, "train_cpu_s": None}),
+            "wall_s": time.perf_counter() - t_start}
 
 
 def row_key(task: str, args) -> str:
@@ -347,20 +324,16 @@ def _run_and_record(job: Job, args) -> None:
     args.lr, args.epochs = job.lr, full_epochs(job.task)
     args.train_examples = args.dev_examples = None  # whole sets
     args.optimizer, args.schedule = "adamw", "linear"
-    clock = PartClock(job_dir(job) / "times.json", lambda: _state_step(job))
-    part: dict = {}
-    try:
-        if job.system == "bertkit":
-            got = run_bertkit(job.task, spec, job.seed, args, out=job_dir(job) / "run",
-                              times=part)
-        else:
-            got = run_transformers(job.task, spec, job.seed, args,
-                                   state=job_dir(job) / "reference.pt", times=part)
-    except (TrainingInterrupted, Stopped):  # saved at the end of a step: this part is timed
-        clock.stopped(part)
-        raise
-    timing = {k: got[k] for k in ("train_s", "train_cpu_s", "wall_s", "train_examples") if k in got}
-    timing.update(clock.finished(part), resumed=clock.start > 0)  # trained on from a state
+    resumed = _state_step(job) > 0  # trained on from a state an earlier sitting saved
+    if job.system == "bertkit":
+        got = run_bertkit(job.task, spec, job.seed, args, out=job_dir(job) / "run")
+    else:
+        got = run_transformers(job.task, spec, job.seed, args,
+                               state=job_dir(job) / "reference.pt")
+    timing = {k: got[k] for k in ("train_s", "train_cpu_s", "wall_s", "train_examples")
+              if got.get(k) is not None}
+    # a state saved before the loops summed their seconds leaves the run's time unknown
+    timing.update(timed_whole="train_s" in timing, resumed=resumed)
     RunLog(args.store).append(full_record(job, got["metrics"], timing, args.side_by_side,
                                           args.threads))
     shutil.rmtree(job_dir(job), ignore_errors=True)  # recorded: nothing left to resume
@@ -420,41 +393,6 @@ def _logged_step(job: Job) -> int:
         except json.JSONDecodeError:  # a line cut by a kill (the resume truncates it)
             continue
     return 0
-
-
-class PartClock:
-    """The training seconds of a run trained in parts (a study stopped and started again).
-
-    A part stopped cleanly (SIGTERM or Ctrl-C: the state saved at the end of a step) writes its
-    seconds with that step. The next part counts them only if the state it starts from is that
-    step: a part killed outright (SIGKILL, a crash) writes nothing, the steps since the earlier
-    state are trained twice, and the run's time is then incomplete and not reported."""
-
-    def __init__(self, path: Path, state_step) -> None:
-        self.path, self.state_step = path, state_step
-        self.start = start = state_step()  # 0: the run starts from the beginning
-        kept = json.loads(path.read_text()) if path.exists() else None
-        if start == 0:
-            self.before = {"train_s": 0.0, "train_cpu_s": 0.0}
-        elif kept is not None and kept["step"] == start:
-            self.before = kept
-        else:
-            self.before = None  # a part's seconds are lost
-
-    def _total(self, part: dict) -> dict | None:
-        if self.before is None:
-            return None
-        return {k: self.before[k] + part.get(k, 0.0) for k in ("train_s", "train_cpu_s")}
-
-    def stopped(self, part: dict) -> None:
-        total = self._total(part)
-        if total is not None:
-            self.path.write_text(json.dumps({"step": self.state_step(), **total}))
-
-    def finished(self, part: dict) -> dict:
-        """The record's timing: the whole run's seconds where every part was timed."""
-        total = self._total(part)
-        return {**total, "timed_whole": True} if total is not None else {"timed_whole": False}
 
 
 def main() -> None:

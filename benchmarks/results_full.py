@@ -201,7 +201,8 @@ def _within(ours: list[float], ref: list[float]) -> str:
 
 def _speed(runs: list[dict]) -> str:
     """Seconds per epoch and training examples per second, from runs timed whole: not resumed,
-    or resumed from parts that were each timed (results.py's PartClock); † = not timed alone."""
+    or resumed with the seconds of every part (the loops save them with each state; runs
+    recorded before that, resumed from a part killed outright, are not); † = not timed alone."""
     timed = [r for r in runs if r.get("train_s") and (r.get("timed_whole") or not r.get("resumed"))]
     if not timed:
         return "–"

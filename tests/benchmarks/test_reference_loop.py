@@ -105,3 +105,22 @@ def test_given_batches_replace_the_shuffled_order():
 
     fit(model, make_batch, len(X), recipe, 7, batches=plan)
     assert seen == plan
+
+
+def test_a_resumed_runs_seconds_are_summed_over_its_sittings(tmp_path):
+    """The reference loop keeps its training seconds in its state, as bertkit's loop does: a
+    run stopped and resumed returns the seconds of both sittings."""
+    state = Checkpointing(tmp_path / "reference.pt", every=100)
+    with pytest.raises(KeyboardInterrupt):
+        trained(state, signal_at=4)
+    first = torch.load(state.path, weights_only=False)["cost"]
+    assert first["train_s"] > 0 and first["train_cpu_s"] > 0
+    torch.manual_seed(1)
+    model = Tiny()
+    cost = fit(model, lambda idx: {"x": X[idx], "labels": Y[idx]}, len(X), RECIPE, 7, state)
+    assert cost["train_s"] > first["train_s"] and cost["train_cpu_s"] > first["train_cpu_s"]
+    data = torch.load(state.path, weights_only=False)
+    del data["cost"]  # a state saved before the loop counted its seconds
+    torch.save(data, state.path)
+    assert fit(Tiny(), lambda idx: {"x": X[idx], "labels": Y[idx]}, len(X), RECIPE, 7,
+               state) is None
