@@ -73,8 +73,8 @@ def run_prepare(files: list[Path], tokenizer, workers: int) -> tuple[float, int]
                        progress=False)
         seconds = time.perf_counter() - start
         print(f"  (prepare --workers {workers}: {_cpu_seconds() - cpu:.1f} CPU s in all processes, "
-              f"{len(meta['shards'])} shards)")
-        return seconds, meta["stats"]["instances"]["corpus_tokens"]
+              f"{len(meta.shards)} shards)")
+        return seconds, meta.stats["instances"]["corpus_tokens"]
 
 
 def timing(files: list[Path], tokenizer_dir: str, workers: list[int], rounds: int) -> None:

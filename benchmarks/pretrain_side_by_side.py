@@ -200,7 +200,7 @@ def main() -> None:
         dataset = ShardDataset(shards)
         n = len(dataset)
         if not args.holdout:  # the last chunk: whole documents, none trained on
-            starts = [x for x in dataset.meta.get("chunk_starts") or [] if x > 0]
+            starts = [x for x in dataset.meta.chunk_starts if x > 0]
             if not starts:
                 raise SystemExit("the shards are one chunk: give more --books or --chars")
             args.holdout = n - starts[-1]

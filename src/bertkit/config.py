@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.io import atomic_write_text
+from bertkit.io import atomic_write_text, read_json_object
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
@@ -148,12 +148,7 @@ class BertConfig:
             path = path / "config.json"
         if not path.is_file():
             raise BertkitError(f"{path.parent}: no config.json here (is this a BERT model directory?)")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise BertkitError(f"{path}: line {err.lineno}: invalid JSON ({err.msg})") from None
-        if not isinstance(data, dict):
-            raise BertkitError(f"{path}: expected a JSON object")
+        data = read_json_object(path)
         absent = [k for k in ARCHITECTURE_KEYS if k not in data]
         if absent:  # HF's defaults would describe another model than the weights beside it
             raise BertkitError(f"{path}: missing {', '.join(absent)}; a BERT config.json names its "

@@ -94,6 +94,20 @@ IGNORED_ON_RESUME = ("output_dir", "resume", "progress", "overwrite", "log_every
                      "keep", "save_every", "stop_at_cpu_seconds")
 
 
+def read_json_object(path: str | os.PathLike) -> dict[str, Any]:
+    """A JSON file that must hold one object (config.json, meta.json, tokenizer_config.json):
+    bad UTF-8, bad JSON (with its line) or another JSON value is a BertkitError naming it."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise BertkitError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise BertkitError(f"{path}: line {err.lineno}: invalid JSON ({err.msg})") from None
+    if not isinstance(data, dict):
+        raise BertkitError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
 def check_not_inside(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]) -> None:
     """Input and output are never the same folder, nor the output a folder holding the input."""
     out = Path(output).resolve()

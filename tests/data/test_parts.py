@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import filecmp
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -14,9 +15,10 @@ from bertkit.cli.main import main
 from bertkit.data import shards as shard_io
 from bertkit.data.chunks import ChunkConfig
 from bertkit.data.instances import InstanceConfig
+from bertkit.data.meta import META_NAME, read_meta
 from bertkit.data.parts import merge_parts, parse_part, prepare_part
 from bertkit.data.prepare import PrepareConfig, prepare
-from bertkit.data.shards import ShardDataset, read_meta
+from bertkit.data.shards import ShardDataset
 from bertkit.errors import BertkitError
 from bertkit.tokenization import BertTokenizer
 
@@ -56,7 +58,7 @@ def assert_same_folder(a, b):
     names = sorted(p.name for p in a.iterdir())
     assert names == sorted(p.name for p in b.iterdir())
     for name in names:
-        if name == shard_io.META_NAME:
+        if name == META_NAME:
             assert json.loads((a / name).read_text()) == json.loads((b / name).read_text())
             continue
         for array in shard_io.ARRAY_NAMES:
@@ -67,8 +69,8 @@ def assert_same_folder(a, b):
 @pytest.mark.parametrize("parts", [1, 2, 3, 40])
 def test_parts_merge_into_exactly_one_runs_shards(corpus, tokenizer, one_run, tmp_path, parts):
     meta = read_meta(one_run)
-    chunks = len(meta["chunk_starts"])
-    assert chunks > 3 and len(meta["shards"]) > 3
+    chunks = len(meta.chunk_starts)
+    assert chunks > 3 and len(meta.shards) > 3
     dirs = [tmp_path / f"part{i}" for i in range(parts)]
     for i in reversed(range(parts)):  # any order
         prepare_part(corpus, tokenizer, dirs[i], CONFIG, part=i, parts=parts, progress=False)
@@ -77,7 +79,7 @@ def test_parts_merge_into_exactly_one_runs_shards(corpus, tokenizer, one_run, tm
     merged = tmp_path / "merged"
     merge_parts(list(reversed(dirs)), merged, progress=False)
     assert_same_folder(merged, one_run)
-    assert len(ShardDataset(merged)) == meta["num_instances"]
+    assert len(ShardDataset(merged)) == meta.num_instances
 
 
 def test_a_killed_part_resumes(corpus, tokenizer, one_run, tmp_path, monkeypatch):
@@ -148,3 +150,30 @@ def test_cli_parts_and_merge(corpus, tokenizer, one_run, tmp_path, monkeypatch, 
     assert main([*common, "--output", str(tmp_path / "x")]) == 1  # torchrun without --part
     assert "needs --part auto" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_one_opener_two_folder_rules(corpus, tokenizer, one_run, tmp_path):
+    """A prepared folder may hold a file of the user's beside its meta.json and still be
+    resumed; a part (scratch for one merge) holds nothing else, ever. Neither removes it."""
+    shards = tmp_path / "shards"
+    shutil.copytree(one_run, shards)
+    (shards / "README").write_text("ours")
+    meta = prepare(corpus, tokenizer, shards, CONFIG, resume=True, progress=False)
+    assert meta.complete and (shards / "README").read_text() == "ours"
+    part = tmp_path / "p0"
+    prepare_part(corpus, tokenizer, part, CONFIG, part=0, parts=2, progress=False)
+    (part / "README").write_text("ours")
+    with pytest.raises(BertkitError, match="holds other files"):
+        prepare_part(corpus, tokenizer, part, CONFIG, part=0, parts=2, resume=True,
+                     progress=False)
+    assert (part / "README").read_text() == "ours"
+
+
+def test_folders_written_before_the_version_key_still_load_and_resume(corpus, tokenizer,
+                                                                       one_run, tmp_path):
+    shards = tmp_path / "shards"
+    shutil.copytree(one_run, shards)
+    data = json.loads((shards / META_NAME).read_text())
+    (shards / META_NAME).write_text(json.dumps({k: v for k, v in data.items() if k != "version"}))
+    assert len(ShardDataset(shards)) == read_meta(one_run).num_instances
+    assert prepare(corpus, tokenizer, shards, CONFIG, resume=True, progress=False).version == 1

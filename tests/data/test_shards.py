@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 
@@ -14,8 +15,9 @@ from bertkit.data.chunks import ChunkConfig
 from bertkit.data.collate import DynamicMaskingCollate, collate_pretraining
 from bertkit.data.instances import InstanceConfig
 from bertkit.data.masking import VocabInfo
+from bertkit.data.meta import read_meta, write_meta
 from bertkit.data.prepare import PrepareConfig, prepare
-from bertkit.data.shards import ShardDataset, read_meta
+from bertkit.data.shards import ShardDataset
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForPreTraining
 from bertkit.tokenization import BertTokenizer
@@ -57,8 +59,8 @@ def test_dataset_items_follow_googles_features(prepared, tokenizer):
     ds = ShardDataset(prepared, tokenizer_fingerprint=tokenizer.fingerprint(),
                       vocab_size=tokenizer.vocab_size)
     meta = read_meta(prepared)
-    assert len(ds) == meta["num_instances"] == sum(s["instances"] for s in meta["shards"])
-    assert len(meta["shards"]) > 2 and meta["token_dtype"] == "uint16"
+    assert len(ds) == meta.num_instances == sum(s.instances for s in meta.shards)
+    assert len(meta.shards) > 2 and meta.token_dtype == "uint16"
     for i in (0, 39, 40, len(ds) - 1, -1):
         item = ds[i]
         ids, types = item["input_ids"], item["token_type_ids"]
@@ -144,9 +146,7 @@ def test_mlm_objective_has_no_sentence_label(tmp_path, tokenizer):
 
 
 def test_unfinished_output_is_refused(prepared, tmp_path):
-    meta = read_meta(prepared)
-    meta["complete"] = False
-    (tmp_path / "meta.json").write_text(__import__("json").dumps(meta))
+    write_meta(tmp_path, dataclasses.replace(read_meta(prepared), complete=False))
     with pytest.raises(BertkitError, match="--resume"):
         ShardDataset(tmp_path)
     with pytest.raises(BertkitError, match="not a directory made by"):
@@ -167,7 +167,7 @@ def many_shards(tmp_path_factory, tokenizer):
         mp.setattr("bertkit.data.shards.os.fsync", lambda fd: None)
         prepare([_corpus(root / "corpus.txt", n_docs=520)], tokenizer, root / "shards",
                 PrepareConfig(chunk, format="google", shard_size=1), progress=False)
-    assert len(read_meta(root / "shards")["shards"]) >= 3000
+    assert len(read_meta(root / "shards").shards) >= 3000
     tokenizer.save_pretrained(root / "tok")
     return root
 

@@ -356,7 +356,7 @@ def test_config_without_do_lower_case_defaults_to_uncased(tmp_path: Path, google
 @pytest.mark.parametrize(
     "config, message",
     [
-        ("{not json", "not valid JSON"),
+        ("{not json", "line 1: invalid JSON"),
         ("[1, 2]", "expected a JSON object"),
         ('{"do_lower_case": true, "strip_accents": false}', "strip_accents=False"),
         ('{"tokenize_chinese_chars": false}', "tokenize_chinese_chars=False"),

@@ -243,7 +243,7 @@ def test_two_phases_then_continued_pretraining_with_init(corpus, tmp_path):
 def test_objectives_shape_the_batch(corpus):
     dataset = ShardDataset(corpus["shards"])
     items = [dataset[i] for i in range(6)]
-    mask_id = int(dataset.meta["tokenizer"]["mask_token_id"])
+    mask_id = dataset.meta.tokenizer.mask_token_id
     both = make_collate(dataset, "mlm+nsp", None, 0)(items, range(len(items)))
     assert "next_sentence_label" in both and (both["input_ids"] == mask_id).any()
     mlm = make_collate(dataset, "mlm", None, 0)(items, range(len(items)))
@@ -337,12 +337,12 @@ def test_several_data_folders_train_as_one_dataset(corpus, tmp_path, capsys):
             PrepareConfig(chunk=chunk, shard_size=300), progress=False)
     both = ShardDataset([corpus["shards"], second])
     one, two = ShardDataset(corpus["shards"]), ShardDataset(second)
-    assert len(both) == len(one) + len(two) and both.meta["num_instances"] == len(both)
+    assert len(both) == len(one) + len(two) and both.meta.num_instances == len(both)
     assert np.array_equal(both[len(one)]["input_ids"], two[0]["input_ids"])
     assert np.array_equal(both[len(one) - 1]["input_ids"], one[len(one) - 1]["input_ids"])
-    starts = both.meta["chunk_starts"]
-    assert starts[:len(one.meta["chunk_starts"])] == one.meta["chunk_starts"]
-    assert starts[-1] == len(one) + two.meta["chunk_starts"][-1]
+    starts = both.meta.chunk_starts
+    assert starts[:len(one.meta.chunk_starts)] == one.meta.chunk_starts
+    assert starts[-1] == len(one) + two.meta.chunk_starts[-1]
     out = tmp_path / "run"
     assert main(["pretrain", "--data", str(corpus["shards"]), str(second), "--output", str(out),
                  "--config", str(corpus["config"]), "--tokenizer", str(corpus["tok"]),

@@ -120,5 +120,5 @@ def run_prepare(args: argparse.Namespace) -> int:
 def run_merge(args: argparse.Namespace) -> int:
     meta = merge_parts(args.parts, args.output, overwrite=args.overwrite,
                        progress=not args.no_progress)
-    print(f"{meta['num_instances']} instances in {len(meta['shards'])} shard(s) in {args.output}")
+    print(f"{meta.num_instances} instances in {len(meta.shards)} shard(s) in {args.output}")
     return 0

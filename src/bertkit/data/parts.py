@@ -22,7 +22,6 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -30,30 +29,27 @@ from bertkit.data import shards as shard_io
 from bertkit.data.chunks import ChunkStats, chunk_documents
 from bertkit.data.corpus import CorpusStats, read_corpus
 from bertkit.data.masking import VocabInfo
+from bertkit.data.meta import (
+    PREPARATION_FIELDS,
+    PartMeta,
+    ShardMeta,
+    piece_name,
+    read_part_meta,
+    write_meta,
+)
 from bertkit.data.prepare import (
     PrepareConfig,
     ShardWriter,
     complete,
-    fresh_meta,
-    meta_to_continue,
     open_output,
+    preparation,
     run_chunks,
-    write_meta,
 )
 from bertkit.data.shards import ARRAY_NAMES, PackedInstances
 from bertkit.errors import BertkitError
 from bertkit.io import progress_bar
 
 logger = logging.getLogger(__name__)
-
-PART_FORMAT = "bertkit-prepare-part"
-PART_VERSION = 1
-_SAME = ("inputs", "params", "tokenizer", "token_dtype")  # what every part must share
-
-
-def piece_name(chunk: int) -> str:
-    return f"chunk-{chunk:08d}"
-
 
 def parse_part(text: str, environ: Mapping[str, str]) -> tuple[int, int]:
     """(I, N) from "I/N", or from the launcher's environment for "auto": a Slurm job array
@@ -82,19 +78,19 @@ def parse_part(text: str, environ: Mapping[str, str]) -> tuple[int, int]:
 def prepare_part(paths: Sequence[str | os.PathLike], tokenizer, part_dir: str | os.PathLike,
                  config: PrepareConfig, *, part: int, parts: int, workers: int = 1,
                  resume: bool = False, overwrite: bool = False,
-                 progress: bool = True) -> dict[str, Any]:
+                 progress: bool = True) -> PartMeta:
     """Prepare part `part` of `parts` of the corpus into `part_dir` (see the module docstring);
     returns the part's meta.json content."""
     out = Path(part_dir)
     if not 0 <= part < parts:
         raise BertkitError(f"part {part} of {parts} does not exist")
-    fresh = {**fresh_meta(paths, tokenizer, config), "format": PART_FORMAT,
-             "version": PART_VERSION, "part": part, "parts": parts, "chunks": {}}
-    meta = _open_part(out, fresh, resume, overwrite)
-    if meta["complete"]:
+    fresh = PartMeta.fresh(preparation(paths, tokenizer, config), part=part, parts=parts)
+    meta = open_output(out, fresh, resume, overwrite)
+    out.mkdir(parents=True, exist_ok=True)
+    if meta.complete:
         logger.info("%s: part %d/%d already complete", out, part, parts)
         return meta
-    done = {int(k) for k in meta["chunks"]}
+    done = set(meta.chunks)
     corpus_stats = CorpusStats()
     numbered = enumerate(chunk_documents(read_corpus(list(paths), config.format, corpus_stats,
                                                      config.fields),
@@ -112,32 +108,15 @@ def prepare_part(paths: Sequence[str | os.PathLike], tokenizer, part_dir: str | 
                       desc=f"prepare part {part}/{parts}") as bar:
         for index, packed, stats in run_chunks(mine(), tokenizer, vocab, config.chunk, workers):
             shard_io.write_shard(out / piece_name(index), packed)
-            meta["chunks"][str(index)] = dataclasses.asdict(stats)
+            meta = dataclasses.replace(meta, chunks={**meta.chunks,
+                                                     index: dataclasses.asdict(stats)})
             write_meta(out, meta)  # after the piece: a piece not in meta.json is redone
             bar.update(stats.documents)
-    meta.update(complete=True, num_chunks=total[0], corpus=dataclasses.asdict(corpus_stats))
+    meta = dataclasses.replace(meta, complete=True, num_chunks=total[0],
+                               corpus=dataclasses.asdict(corpus_stats))
     write_meta(out, meta)
     logger.info("%s: part %d/%d complete: %d of %d chunks", out, part, parts,
-                len(meta["chunks"]), total[0])
-    return meta
-
-
-def _open_part(out: Path, fresh: dict[str, Any], resume: bool, overwrite: bool) -> dict:
-    """The part's meta to continue from (--resume) or `fresh`; partial pieces removed."""
-    if out.exists() and not out.is_dir():
-        raise BertkitError(f"{out}: exists and is not a folder; choose a new --output folder")
-    entries = list(out.iterdir()) if out.is_dir() else []
-    ours = [e for e in entries if e.name == shard_io.META_NAME or e.name.startswith(
-        ("chunk-", ".chunk-", ".meta.json."))]
-    if len(ours) != len(entries):
-        raise BertkitError(f"{out}: exists and holds other files; choose an empty --output")
-    meta = meta_to_continue(out, fresh, (*_SAME, "part", "parts", "format"), resume, overwrite,
-                            "a prepared part", shard_io.read_meta_any)
-    keep = {piece_name(int(k)) for k in meta["chunks"]} | {shard_io.META_NAME}
-    for entry in ours:
-        if entry.name not in keep or meta is fresh:
-            shard_io.remove_tree(entry) if entry.is_dir() else entry.unlink()
-    out.mkdir(parents=True, exist_ok=True)
+                len(meta.chunks), total[0])
     return meta
 
 
@@ -150,62 +129,59 @@ def _read_piece(directory: Path) -> PackedInstances:
                            "--resume after deleting it") from err
 
 
-def check_parts(part_dirs: Sequence[str | os.PathLike]) -> list[dict[str, Any]]:
-    """The parts' metas, ordered by part, checked to be one complete set of one preparation."""
-    metas = []
+def check_parts(part_dirs: Sequence[str | os.PathLike]) -> list[tuple[Path, PartMeta]]:
+    """The parts' folders and metas, ordered by part, checked to be one complete set of one
+    preparation."""
+    parts = []
     for d in part_dirs:
-        meta = shard_io.read_meta_any(d)
-        if meta.get("format") != PART_FORMAT:
-            raise BertkitError(f"{d}: not a part (made by `bertkit prepare --part I/N`)")
-        if not meta.get("complete"):
-            raise BertkitError(f"{d}: part {meta['part']}/{meta['parts']} did not finish; run it "
+        meta = read_part_meta(d)
+        if not meta.complete:
+            raise BertkitError(f"{d}: part {meta.part}/{meta.parts} did not finish; run it "
                                "again with --resume")
-        metas.append({**meta, "dir": Path(d)})
-    metas.sort(key=lambda m: m["part"])
-    first = metas[0]
-    for m in metas[1:]:
-        for key in _SAME:
-            if m[key] != first[key]:
-                raise BertkitError(f"{m['dir']}: prepared with other {key} than {first['dir']}; "
+        parts.append((Path(d), meta))
+    parts.sort(key=lambda p: p[1].part)
+    first_dir, first = parts[0]
+    for folder, meta in parts[1:]:
+        for key in PREPARATION_FIELDS:
+            if getattr(meta, key) != getattr(first, key):
+                raise BertkitError(f"{folder}: prepared with other {key} than {first_dir}; "
                                    "the parts are not of one preparation")
-    count = first["parts"]
-    found = [m["part"] for m in metas]
-    if found != list(range(count)) or any(m["parts"] != count for m in metas):
+    count = first.parts
+    found = [meta.part for _, meta in parts]
+    if found != list(range(count)) or any(meta.parts != count for _, meta in parts):
         missing = sorted(set(range(count)) - set(found))
         raise BertkitError(f"expected parts 0..{count - 1} once each, got {found}"
                            + (f" (missing {missing})" if missing else ""))
-    if len({m["num_chunks"] for m in metas}) != 1:
+    if len({meta.num_chunks for _, meta in parts}) != 1:
         raise BertkitError("the parts saw different numbers of chunks: were they given the same "
                            "input files in the same order?")
-    return metas
+    return parts
 
 
 def merge_parts(part_dirs: Sequence[str | os.PathLike], output_dir: str | os.PathLike,
-                overwrite: bool = False, progress: bool = True) -> dict[str, Any]:
+                overwrite: bool = False, progress: bool = True) -> ShardMeta:
     """Join the parts into one prepared folder: the shards and meta.json one `bertkit prepare`
     of the same inputs and seed writes. Returns the merged meta.json content."""
     out = Path(output_dir)
     if any(out.resolve() == Path(d).resolve() for d in part_dirs):
         raise BertkitError(f"{out}: is one of the parts; merge into a new folder")
-    metas = check_parts(part_dirs)
-    first = metas[0]
-    fresh = {k: v for k, v in first.items() if k in (*_SAME, "tokenizer")}
-    fresh = {**fresh, "format": shard_io.FORMAT_NAME, "version": shard_io.FORMAT_VERSION,
-             "complete": False, "shards": []}
-    meta = open_output(out, fresh, resume=False, overwrite=overwrite)
+    parts = check_parts(part_dirs)
+    first = parts[0][1]
+    meta = open_output(out, ShardMeta.fresh(first.preparation()), resume=False,
+                       overwrite=overwrite)
     out.mkdir(parents=True, exist_ok=True)
-    writer = ShardWriter(out, meta, int(first["params"]["shard_size"]))
+    writer = ShardWriter(out, meta, int(first.params["shard_size"]))
     t0 = time.perf_counter()
-    count = first["parts"]
-    for index in progress_bar(range(first["num_chunks"]), desc="merge", unit=" chunks",
+    for index in progress_bar(range(first.num_chunks), desc="merge", unit=" chunks",
                               disable=not progress):
-        part = metas[index % count]
-        stats = part["chunks"].get(str(index))
+        folder, part = parts[index % first.parts]
+        stats = part.chunks.get(index)
         if stats is None:
-            raise BertkitError(f"{part['dir']}: chunk {index} is missing from a complete part")
-        writer.add(index, _read_piece(part["dir"] / piece_name(index)), ChunkStats(**stats), 0)
+            raise BertkitError(f"{folder}: chunk {index} is missing from a complete part")
+        writer.add(index, _read_piece(folder / piece_name(index)), ChunkStats(**stats), 0)
     writer.finish()
-    if not meta["shards"]:
+    meta = writer.meta()
+    if not meta.shards:
         raise BertkitError("the parts hold no instances: the corpus is empty or too small")
-    return complete(out, meta, CorpusStats(**first["corpus"]), writer.running,
+    return complete(out, meta, CorpusStats(**first.corpus), writer.running,
                     time.perf_counter() - t0)

@@ -12,7 +12,6 @@ re-does the partial shard.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import multiprocessing
 import os
@@ -27,10 +26,21 @@ from bertkit.data import shards as shard_io
 from bertkit.data.chunks import ChunkConfig, ChunkStats, chunk_documents, process_chunk
 from bertkit.data.corpus import DEFAULT_FIELDS, CorpusStats, Fields, read_corpus
 from bertkit.data.masking import VocabInfo
+from bertkit.data.meta import (
+    META_NAME,
+    AnyMeta,
+    Preparation,
+    ResumeCursor,
+    ShardEntry,
+    ShardMeta,
+    TokenizerInfo,
+    read_as,
+    write_meta,
+)
 from bertkit.data.sentences import splitter_name
 from bertkit.data.shards import PackedInstances
 from bertkit.errors import BertkitError
-from bertkit.io import atomic_write_text, progress_bar
+from bertkit.io import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -106,25 +116,32 @@ def run_chunks(
 class ShardWriter:
     """Cuts the ordered stream of chunk results into fixed-size shards and records, after each
     shard, the resume cursor: the (chunk, offset) of the first instance not yet written and the
-    statistics of the chunks before that one."""
+    statistics of the chunks before that one. `meta()` is the folder's meta as written so far."""
 
-    def __init__(self, out: Path, meta: dict[str, Any], shard_size: int):
-        self.out, self.meta, self.shard_size = out, meta, shard_size
-        cursor = meta.get("resume") or {"next_chunk": 0, "next_offset": 0, "stats": {}}
-        self.running = ChunkStats(**cursor["stats"])
-        self.last_chunk = cursor["next_chunk"] - 1
+    def __init__(self, out: Path, meta: ShardMeta, shard_size: int):
+        self.out, self.shard_size = out, shard_size
+        self.base = meta
+        self.shards = list(meta.shards)
+        self.chunk_starts = list(meta.chunk_starts)
+        self.cursor = meta.resume
+        cursor = meta.resume or ResumeCursor(next_chunk=0, next_offset=0, stats={})
+        self.running = ChunkStats(**cursor.stats)
+        self.last_chunk = cursor.next_chunk - 1
         self.buffer: deque[tuple[int, int, PackedInstances]] = deque()
         self.buffered = 0
         self.before: dict[int, ChunkStats] = {}
+
+    def meta(self) -> ShardMeta:
+        return dataclasses.replace(self.base, shards=tuple(self.shards),
+                                   chunk_starts=tuple(self.chunk_starts), resume=self.cursor)
 
     def add(self, index: int, packed: PackedInstances, stats: ChunkStats, offset: int) -> None:
         # Where each chunk's instances start in the whole data set: a chunk holds every
         # duplicate of its documents, so a held-out split at a chunk start shares no document
         # with training (training.pretrain.split_eval).
-        written = sum(int(s["instances"]) for s in self.meta["shards"])
-        starts = self.meta.setdefault("chunk_starts", [])
-        del starts[index:]
-        starts.append(written + self.buffered - offset)
+        written = sum(s.instances for s in self.shards)
+        del self.chunk_starts[index:]
+        self.chunk_starts.append(written + self.buffered - offset)
         self.before[index] = dataclasses.replace(self.running)
         self.running.add(stats)
         self.last_chunk = index
@@ -156,101 +173,71 @@ class ShardWriter:
 
     def _flush(self, n: int) -> None:
         shard = self._take(n)
-        name = shard_io.shard_name(len(self.meta["shards"]))
+        name = shard_io.shard_name(len(self.shards))
         shard_io.write_shard(self.out / name, shard)
-        self.meta["shards"].append(
-            {"name": name, "instances": len(shard), "tokens": shard.num_tokens,
-             "predictions": int(shard.masked_lm_positions.shape[0])}
-        )
+        self.shards.append(ShardEntry(name=name, instances=len(shard), tokens=shard.num_tokens,
+                                      predictions=int(shard.masked_lm_positions.shape[0])))
         if self.buffer:
             chunk, offset = self.buffer[0][0], self.buffer[0][1]
         else:
             chunk, offset = self.last_chunk + 1, 0
         stats = self.before.get(chunk, self.running)
         self.before = {k: v for k, v in self.before.items() if k >= chunk}
-        self.meta["resume"] = {"next_chunk": chunk, "next_offset": offset,
-                               "stats": dataclasses.asdict(stats)}
-        write_meta(self.out, self.meta)
+        self.cursor = ResumeCursor(next_chunk=chunk, next_offset=offset,
+                                   stats=dataclasses.asdict(stats))
+        write_meta(self.out, self.meta())
 
 
-def write_meta(out: Path, meta: dict[str, Any]) -> None:
-    atomic_write_text(out / shard_io.META_NAME, meta_text(meta))
-
-
-def meta_text(meta: dict[str, Any]) -> str:
-    """meta.json's text: a key a line, a list an item a line (a shard's entry on one line).
-    meta.json is rewritten after every shard, and `json.dumps(indent=...)` runs json's
-    pure-Python encoder: with 3,000 shards the rewrites took minutes. Each value here goes
-    through the C encoder; the text is as deterministic and as `json.loads`-able as before."""
-
-    def value(v: Any) -> str:
-        if isinstance(v, list) and v:
-            items = ",\n".join("    " + json.dumps(x, sort_keys=True) for x in v)
-            return "[\n" + items + "\n  ]"
-        return json.dumps(v, sort_keys=True)
-
-    lines = [f"  {json.dumps(k)}: {value(v)}" for k, v in sorted(meta.items())]
-    return "{\n" + ",\n".join(lines) + "\n}\n"
-
-
-def _is_ours(entry: Path) -> bool:
-    name = entry.name
-    return name == shard_io.META_NAME or name.startswith(("shard-", ".shard-", ".meta.json."))
-
-
-def fresh_meta(paths: Sequence[str | os.PathLike], tokenizer, config: PrepareConfig) -> dict:
-    return {
-        "format": shard_io.FORMAT_NAME,
-        "version": shard_io.FORMAT_VERSION,
-        "complete": False,
-        "inputs": [str(p) for p in paths],
+def preparation(paths: Sequence[str | os.PathLike], tokenizer,
+                config: PrepareConfig) -> Preparation:
+    """What `paths`, `tokenizer` and `config` make: recorded in the output's meta.json."""
+    return Preparation(
+        inputs=tuple(str(p) for p in paths),
         # the splitter shapes the instances: resuming or merging with another is refused
-        "params": {**config.params(), "sentence_splitter": splitter_name()},
-        "tokenizer": {
-            "fingerprint": tokenizer.fingerprint(),
-            "vocab_size": tokenizer.vocab_size,
-            "do_lower_case": tokenizer.do_lower_case,
-            "pad_token_id": tokenizer.pad_token_id,
-            "cls_token_id": tokenizer.cls_token_id,
-            "sep_token_id": tokenizer.sep_token_id,
-            "mask_token_id": tokenizer.mask_token_id,
-        },
-        "token_dtype": shard_io.token_dtype(tokenizer.vocab_size).name,
-        "shards": [],
-    }
+        params={**config.params(), "sentence_splitter": splitter_name()},
+        tokenizer=TokenizerInfo.of(tokenizer),
+        token_dtype=shard_io.token_dtype(tokenizer.vocab_size).name,
+    )
 
 
-def meta_to_continue(out: Path, fresh: dict, same_keys: Sequence[str], resume: bool,
-                     overwrite: bool, what: str, read: Any) -> dict:
-    """The existing meta.json of `out` (with --resume, when it was made from the same
-    `same_keys`) or `fresh` (none yet, or --overwrite); anything else is refused."""
-    if not (out / shard_io.META_NAME).exists():
-        return fresh
-    old = read(out)
-    if resume and not all(old.get(k) == fresh[k] for k in same_keys):
-        raise BertkitError(f"{out}: was prepared from other inputs, parameters or tokenizer; "
-                           "use a new --output (or --overwrite)")
-    if not resume and not overwrite:
-        raise BertkitError(f"{out}: already holds {what}; pass --resume to finish it or "
-                           "--overwrite to replace it")
-    return old if resume else fresh
+def open_output(out: Path, fresh: AnyMeta, resume: bool, overwrite: bool) -> AnyMeta:
+    """The meta to continue from: the existing one of `out` (--resume) or `fresh`; removes
+    partial pieces (a temporary directory, or a piece renamed into place but not yet recorded).
 
-
-def open_output(out: Path, fresh: dict, resume: bool, overwrite: bool) -> dict:
-    """The meta to continue from: the existing one (--resume) or `fresh`; removes partial shards
-    (a temporary directory, or a shard renamed into place but not yet recorded)."""
+    One rule for a prepared folder (`fresh` a ShardMeta) and a part (a PartMeta): the output is
+    a new or empty folder, or one this command wrote (its meta.json, which --resume continues
+    when made from the same preparation, or --overwrite replaces). Only the files of our own
+    naming are ever removed. The kind names its pieces (`PIECE_PREFIX`), what a resume must
+    find unchanged (`RESUME_SAME`) and whether other files may sit beside its meta.json
+    (`OTHER_FILES_BESIDE_META`)."""
+    kind = type(fresh)
     if out.exists() and not out.is_dir():
         raise BertkitError(f"{out}: exists and is not a folder; choose a new --output folder")
     entries = list(out.iterdir()) if out.is_dir() else []
-    if any(not _is_ours(e) for e in entries) and not (out / shard_io.META_NAME).exists():
+    ours = [e for e in entries if e.name == META_NAME or e.name.startswith(
+        (kind.PIECE_PREFIX, "." + kind.PIECE_PREFIX, f".{META_NAME}."))]
+    has_meta = (out / META_NAME).exists()
+    if len(ours) != len(entries) and not (has_meta and kind.OTHER_FILES_BESIDE_META):
         raise BertkitError(f"{out}: exists and holds other files; choose an empty --output")
-    meta = meta_to_continue(out, fresh, ("inputs", "params", "tokenizer"), resume, overwrite,
-                            "prepared data", shard_io.read_meta)
-    keep = {s["name"] for s in meta["shards"]} | ({shard_io.META_NAME} if meta is not fresh else set())
-    for entry in entries:
-        if _is_ours(entry) and entry.name not in keep:
+    meta = _meta_to_continue(out, fresh, resume, overwrite) if has_meta else fresh
+    keep = meta.piece_names() | {META_NAME} if meta is not fresh else set()
+    for entry in ours:
+        if entry.name not in keep:
             shard_io.remove_tree(entry) if entry.is_dir() else entry.unlink()
     return meta
+
+
+def _meta_to_continue(out: Path, fresh: AnyMeta, resume: bool, overwrite: bool) -> AnyMeta:
+    """The existing meta.json of `out` (with --resume, when it was made from the same
+    preparation) or `fresh` (--overwrite); anything else is refused."""
+    old = read_as(type(fresh), out)
+    if resume and not all(getattr(old, k) == getattr(fresh, k) for k in fresh.RESUME_SAME):
+        raise BertkitError(f"{out}: was prepared from other inputs, parameters or tokenizer; "
+                           "use a new --output (or --overwrite)")
+    if not resume and not overwrite:
+        raise BertkitError(f"{out}: already holds {fresh.WHAT}; pass --resume to finish it or "
+                           "--overwrite to replace it")
+    return old if resume else fresh
 
 
 def prepare(
@@ -263,7 +250,7 @@ def prepare(
     resume: bool = False,
     overwrite: bool = False,
     progress: bool = True,
-) -> dict[str, Any]:
+) -> ShardMeta:
     """Turn corpus files into shards under `output_dir`; returns the final meta.json content.
 
     The output is byte-identical for any `workers`; `resume` continues a killed run (finished
@@ -271,12 +258,13 @@ def prepare(
     out = Path(output_dir)
     if workers < 1:
         raise BertkitError(f"--workers must be at least 1, got {workers}")
-    meta = open_output(out, fresh_meta(paths, tokenizer, config), resume, overwrite)
-    if meta["complete"]:
-        logger.info("%s: already complete (%d instances)", out, meta["num_instances"])
+    meta = open_output(out, ShardMeta.fresh(preparation(paths, tokenizer, config)), resume,
+                       overwrite)
+    if meta.complete:
+        logger.info("%s: already complete (%d instances)", out, meta.num_instances)
         return meta
-    start = meta.get("resume", {}).get("next_chunk", 0)
-    skip = meta.get("resume", {}).get("next_offset", 0)
+    start = meta.resume.next_chunk if meta.resume else 0
+    skip = meta.resume.next_offset if meta.resume else 0
     corpus_stats = CorpusStats()
     documents = read_corpus(list(paths), config.format, corpus_stats, config.fields)
     chunks = ((i, c) for i, c in enumerate(chunk_documents(documents, config.chunk_chars))
@@ -291,7 +279,8 @@ def prepare(
             rate = writer.running.corpus_tokens / max(time.perf_counter() - t0, 1e-9)
             bar.set_postfix(instances=writer.running.instances, tok_s=f"{rate:,.0f}")
     writer.finish()
-    if not meta["shards"]:
+    meta = writer.meta()
+    if not meta.shards:
         raise BertkitError(
             f"no instances from {len(paths)} file(s): {corpus_stats.documents} document(s), "
             f"{writer.running.sentences} sentence(s); the corpus is empty or too small"
@@ -299,14 +288,14 @@ def prepare(
     return complete(out, meta, corpus_stats, writer.running, time.perf_counter() - t0)
 
 
-def complete(out: Path, meta: dict, corpus: CorpusStats, stats: ChunkStats, seconds: float):
-    meta.pop("resume", None)
-    meta["complete"] = True
-    meta["num_instances"] = sum(s["instances"] for s in meta["shards"])
-    meta["stats"] = {"corpus": dataclasses.asdict(corpus), "instances": dataclasses.asdict(stats)}
+def complete(out: Path, meta: ShardMeta, corpus: CorpusStats, stats: ChunkStats,
+             seconds: float) -> ShardMeta:
+    meta = dataclasses.replace(
+        meta, resume=None, complete=True, num_instances=sum(s.instances for s in meta.shards),
+        stats={"corpus": dataclasses.asdict(corpus), "instances": dataclasses.asdict(stats)})
     write_meta(out, meta)
     logger.info("%s: %d instances in %d shard(s) from %d documents, %d tokens (%.1f s)", out,
-                meta["num_instances"], len(meta["shards"]), corpus.documents,
+                meta.num_instances, len(meta.shards), corpus.documents,
                 stats.corpus_tokens, seconds)
     if corpus.empty_documents or corpus.invalid_utf8_bytes:
         logger.info("skipped %d empty document(s); replaced %d invalid UTF-8 byte(s)",

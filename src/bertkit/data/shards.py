@@ -1,4 +1,5 @@
-"""Pre-training instances on disk: fixed-size shards of flat numpy arrays plus `meta.json`.
+"""Pre-training instances on disk: fixed-size shards of flat numpy arrays plus `meta.json`
+(its typed form, reading and writing in `bertkit.data.meta`).
 
 Layout of an output directory::
 
@@ -25,7 +26,6 @@ in `meta.json`, without opening a shard.
 from __future__ import annotations
 
 import errno
-import json
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -36,11 +36,9 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from bertkit.data.meta import ShardEntry, ShardMeta, check_vocabulary, join_metas, read_meta
 from bertkit.errors import BertkitError
 
-META_NAME = "meta.json"
-FORMAT_NAME = "bertkit-pretraining-shards"
-FORMAT_VERSION = 1
 ARRAY_NAMES = (
     "input_ids",
     "lengths",
@@ -134,46 +132,6 @@ def remove_tree(path: Path) -> None:
     path.rmdir()
 
 
-def read_meta_any(path: str | os.PathLike) -> dict[str, Any]:
-    """The `meta.json` of a directory made by `bertkit prepare` (shards or a part of them)."""
-    meta_path = Path(path) / META_NAME
-    if not meta_path.is_file():
-        raise BertkitError(f"{path}: no {META_NAME}; not a directory made by `bertkit prepare`")
-    try:
-        return json.loads(meta_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BertkitError(f"{meta_path}: not valid JSON ({err})") from err
-
-
-def read_meta(path: str | os.PathLike) -> dict[str, Any]:
-    """The `meta.json` of a prepared directory of shards, checked to be ours."""
-    meta = read_meta_any(path)
-    meta_path = Path(path) / META_NAME
-    if meta.get("format") == "bertkit-prepare-part":
-        raise BertkitError(f"{path}: one part of a preparation (`prepare --part`); join the "
-                           "parts with `bertkit merge-shards PART... --output DIR` first")
-    if meta.get("format") != FORMAT_NAME or meta.get("version") != FORMAT_VERSION:
-        raise BertkitError(f"{meta_path}: expected {FORMAT_NAME} version {FORMAT_VERSION}")
-    return meta
-
-
-def check_vocabulary(
-    meta: dict[str, Any], where: str, fingerprint: str | None, vocab_size: int | None
-) -> None:
-    """Refuse shards tokenized with another vocabulary than the model's."""
-    tok = meta["tokenizer"]
-    if fingerprint is not None and fingerprint != tok["fingerprint"]:
-        raise BertkitError(
-            f"{where}: prepared with tokenizer {tok['fingerprint'][:12]}, but the model uses "
-            f"{fingerprint[:12]}; re-run `bertkit prepare` with the model's tokenizer"
-        )
-    if vocab_size is not None and vocab_size != tok["vocab_size"]:
-        raise BertkitError(
-            f"{where}: prepared with a vocabulary of {tok['vocab_size']} tokens, but the model has "
-            f"vocab_size={vocab_size}; re-run `bertkit prepare` with the model's tokenizer"
-        )
-
-
 def open_shard_budget(limit: int | None = None) -> int:
     """How many shards to keep open at once: a quarter of the descriptor limit (the soft
     RLIMIT_NOFILE, or `limit`) for their 7 memory maps each, leaving the rest to torch,
@@ -195,15 +153,15 @@ def descriptor_limit() -> int | None:
         return None
 
 
-def _expected_sizes(entry: dict[str, Any], dtype: np.dtype) -> dict[str, int]:
+def _expected_sizes(entry: ShardEntry, dtype: np.dtype) -> dict[str, int]:
     """Data bytes of each array of a shard, from its `meta.json` entry (the arrays whose
     length the entry does not give are left out)."""
-    n, tokens = int(entry["instances"]), int(entry["tokens"])
-    sizes = {"input_ids": tokens * dtype.itemsize, "lengths": n * 4, "b_starts": n * 4,
+    n = entry.instances
+    sizes = {"input_ids": entry.tokens * dtype.itemsize, "lengths": n * 4, "b_starts": n * 4,
              "masked_lm_counts": n * 4, "next_sentence_label": n}
-    if "predictions" in entry:
-        sizes["masked_lm_positions"] = int(entry["predictions"]) * 4
-        sizes["masked_lm_ids"] = int(entry["predictions"]) * dtype.itemsize
+    if entry.predictions is not None:
+        sizes["masked_lm_positions"] = entry.predictions * 4
+        sizes["masked_lm_ids"] = entry.predictions * dtype.itemsize
     return sizes
 
 
@@ -227,35 +185,6 @@ def _npy_header_size(file: Path) -> int | None:
     if len(start) < 12:
         return None
     return 12 + int.from_bytes(start[8:12], "little")
-
-
-# What the instances of several folders must share to be trained on as one dataset.
-_SHARED_PARAMS = ("objective", "dynamic_masking", "masked_lm_prob", "max_predictions_per_seq",
-                  "whole_word_mask", "mask_unk")
-
-
-def join_metas(paths: Sequence[Path], metas: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The meta of several prepared folders read as one dataset (instances one folder after
-    the other); folders of another tokenizer, objective or masking are refused."""
-    first = metas[0]
-    for folder, meta in zip(paths[1:], metas[1:]):
-        if meta["tokenizer"] != first["tokenizer"]:
-            raise BertkitError(f"{folder}: prepared with another tokenizer than {paths[0]}; "
-                               "prepare every --data folder with one vocabulary")
-        for key in _SHARED_PARAMS:
-            if meta["params"].get(key) != first["params"].get(key):
-                raise BertkitError(f"{folder}: {key}={meta['params'].get(key)!r} but {paths[0]} "
-                                   f"has {first['params'].get(key)!r}; --data folders must share "
-                                   "the objective and the masking")
-    joined = {**first, "shards": [s for m in metas for s in m["shards"]], "chunk_starts": [],
-              "params": {**first["params"], "max_seq_length": max(
-                  int(m["params"]["max_seq_length"]) for m in metas)},
-              "num_instances": sum(int(m["num_instances"]) for m in metas)}
-    offset = 0
-    for meta in metas:  # held-out splits may still cut at a chunk start
-        joined["chunk_starts"] += [offset + c for c in meta.get("chunk_starts") or []]
-        offset += int(meta["num_instances"])
-    return joined
 
 
 class _Shard:
@@ -318,32 +247,32 @@ class ShardDataset(torch.utils.data.Dataset):
             raise BertkitError("no prepared folder given")
         self.paths = paths
         self.path = paths[0] if len(paths) == 1 else Path(" + ".join(map(str, paths)))
-        metas = []
+        metas: list[ShardMeta] = []
         for folder in paths:
             meta = read_meta(folder)
-            if not meta.get("complete"):
+            if not meta.complete:
                 raise BertkitError(
                     f"{folder}: `bertkit prepare` did not finish; run it again with --resume"
                 )
             check_vocabulary(meta, str(folder), tokenizer_fingerprint, vocab_size)
             metas.append(meta)
-        self.meta = metas[0] if len(metas) == 1 else join_metas(paths, metas)
+        self.meta: ShardMeta = metas[0] if len(metas) == 1 else join_metas(paths, metas)
         # (folder, shard name) of each shard, in order
-        self.shard_dirs = [folder / s["name"] for folder, meta in zip(paths, metas)
-                           for s in meta["shards"]]
+        self.shard_dirs = [folder / s.name for folder, meta in zip(paths, metas)
+                           for s in meta.shards]
         self.shard_names = [d.name for d in self.shard_dirs]
-        counts = [int(s["instances"]) for s in self.meta["shards"]]
+        counts = [s.instances for s in self.meta.shards]
         self.cumulative = np.cumsum([0, *counts], dtype=np.int64)
         self.max_open = open_shard_budget()
         self._shards: OrderedDict[int, _Shard] = OrderedDict()  # most recently used last
 
     @property
     def dynamic_masking(self) -> bool:
-        return bool(self.meta["params"]["dynamic_masking"])
+        return bool(self.meta.params["dynamic_masking"])
 
     @property
     def max_seq_length(self) -> int:
-        return int(self.meta["params"]["max_seq_length"])
+        return int(self.meta.params["max_seq_length"])
 
     def __len__(self) -> int:
         return int(self.cumulative[-1])
@@ -363,9 +292,8 @@ class ShardDataset(torch.utils.data.Dataset):
         own length plus the data), each file opened for its first bytes and closed at once
         (thousands of shards, no descriptor held); a missing or truncated file is a
         BertkitError that names it."""
-        dtype = np.dtype(self.meta.get("token_dtype")
-                         or token_dtype(int(self.meta["tokenizer"]["vocab_size"])))
-        for directory, entry in zip(self.shard_dirs, self.meta["shards"]):
+        dtype = np.dtype(self.meta.token_dtype or token_dtype(self.meta.tokenizer.vocab_size))
+        for directory, entry in zip(self.shard_dirs, self.meta.shards):
             expected = _expected_sizes(entry, dtype)
             for name in ARRAY_NAMES:
                 file = directory / f"{name}.npy"

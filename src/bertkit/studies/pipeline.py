@@ -70,7 +70,7 @@ def prepare_shards(corpus: Sequence[str | os.PathLike], tokenizer, out_dir: str 
                                        seed=seed))
     meta = prepare(list(corpus), tokenizer, out_dir, config, workers=workers, resume=True,
                    progress=progress)
-    log.info("pre-training data: %d instances of up to %d tokens -> %s", meta["num_instances"],
+    log.info("pre-training data: %d instances of up to %d tokens -> %s", meta.num_instances,
              max_seq_length, out_dir)
     return Path(out_dir)
 

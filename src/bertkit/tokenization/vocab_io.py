@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError
+from bertkit.io import read_json_object
 
 UNK, CLS, SEP, PAD, MASK = "[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -60,12 +60,7 @@ def read_tokenizer_config(path: Path) -> dict[str, Any]:
     rather than silently tokenizing differently from the model's own tokenizer."""
     if not path.is_file():
         return {}
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BertkitError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(config, dict):
-        raise BertkitError(f"{path}: expected a JSON object")
+    config = read_json_object(path)
     for key, kind in _CONFIG_TYPES.items():
         if key in config and not isinstance(config[key], kind):
             raise BertkitError(f"{path}: {key} must be a {kind.__name__}, got {config[key]!r}")

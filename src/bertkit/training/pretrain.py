@@ -26,7 +26,8 @@ import torch
 from bertkit.config import BertConfig
 from bertkit.data.collate import DynamicMaskingCollate, collate_pretraining
 from bertkit.data.masking import VocabInfo
-from bertkit.data.shards import ShardDataset, read_meta
+from bertkit.data.meta import read_meta
+from bertkit.data.shards import ShardDataset
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForMaskedLM, BertForPreTraining, HeadOutput, PreTrainingOutput
 from bertkit.io import check_output_dir, claim_output_dir, release_output_dir
@@ -153,11 +154,11 @@ def _check_readable(dataset: ShardDataset) -> None:
 
 
 def _vocab(dataset: ShardDataset) -> int:
-    return int(dataset.meta["tokenizer"]["vocab_size"])
+    return dataset.meta.tokenizer.vocab_size
 
 
 def check_objective(dataset: ShardDataset, objective: str) -> None:
-    made_for = dataset.meta["params"].get("objective")
+    made_for = dataset.meta.params.get("objective")
     allowed = _SHARDS_FOR[objective]
     if allowed is not None and made_for not in allowed:
         raise BertkitError(f"{dataset.path}: prepared for objective {made_for!r}, which cannot "
@@ -257,13 +258,13 @@ class PretrainCollate:
 
 def make_collate(dataset: ShardDataset, objective: str, tokenizer, seed: int) -> PretrainCollate:
     """Static masks from the shards, or fresh masks per batch when they were prepared dynamic."""
-    pad_id = int(dataset.meta["tokenizer"]["pad_token_id"])
+    pad_id = dataset.meta.tokenizer.pad_token_id
     dynamic = None
     if dataset.dynamic_masking and objective != "ltr":
         if tokenizer is None:
             raise BertkitError(f"{dataset.path}: dynamic-masking shards need the vocabulary: "
                                "pass --tokenizer DIR")
-        params = dataset.meta["params"]
+        params = dataset.meta.params
         dynamic = DynamicMaskingCollate(
             # Shards prepared before the option existed treated [UNK] as special.
             VocabInfo.from_tokenizer(tokenizer, mask_unk=params.get("mask_unk", False)),
@@ -328,7 +329,7 @@ def split_eval(dataset: ShardDataset, holdout: int | None) -> tuple[Any, Any]:
         raise BertkitError(f"{dataset.path}: eval holdout {k} leaves no training data ({n})")
     if k <= 0:
         return dataset, None
-    cut = document_cut(dataset.meta.get("chunk_starts") or [], n, k)
+    cut = document_cut(dataset.meta.chunk_starts, n, k)
     if cut is None:
         log.warning("%s: no chunk boundary near the last %d instances, so the held-out instances "
                     "share documents with training (optimistic eval figures); pass --eval-data, "
@@ -387,8 +388,8 @@ def run_pretraining(cfg: PretrainConfig) -> TrainResult:
     tokenizer = load_tokenizer(cfg)
     folders = data_folders(cfg.data)
     metas = [read_meta(folder) for folder in folders]
-    config = model_config(cfg, int(metas[0]["tokenizer"]["vocab_size"]),
-                          max(int(m["params"]["max_seq_length"]) for m in metas))
+    config = model_config(cfg, metas[0].tokenizer.vocab_size,
+                          max(int(m.params["max_seq_length"]) for m in metas))
     output = Path(cfg.train.output_dir)
     if distributed.is_main():  # before any work: a refused --resume changes nothing on disk
         inputs = [*map(str, folders), *(p for p in (cfg.init, cfg.tokenizer, cfg.eval_data,
