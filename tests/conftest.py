@@ -20,8 +20,10 @@ torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
 
 
 # The files that take longest, longest first (`--durations`, 2 cores): under pytest-xdist they
-# start first, so that no worker is left running one of them alone at the end.
-LONGEST_FIRST = ("tests/cli/test_readme_quickstart.py", "tests/data/test_shards.py",
+# start first, so that no worker is left running one of them alone at the end. The README's
+# quickstart is two files (its two parts) so that the two workers start with one each.
+LONGEST_FIRST = ("tests/cli/test_readme_quickstart.py",
+                 "tests/cli/test_readme_quickstart_standalone.py", "tests/data/test_shards.py",
                  "tests/benchmarks/test_gpu_check.py", "tests/robustness/test_bad_input.py",
                  "tests/training/test_distributed.py")
 

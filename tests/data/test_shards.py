@@ -160,11 +160,19 @@ NOFILE = 256
 
 @pytest.fixture(scope="module")
 def many_shards(tmp_path_factory, tokenizer):
-    """≥ 3,000 one-instance shards (fsync off: 21,000 fsyncs would only test the disk)."""
+    """≥ 3,000 one-instance shards. fsync off: 21,000 fsyncs would only test the disk; meta.json
+    written once, complete: prepare rewrites it after every shard (its resume cursor), and 3,000
+    rewrites of a growing shard list would only test prepare's resumability (test_prepare.py)."""
     root = tmp_path_factory.mktemp("many")
     chunk = ChunkConfig(InstanceConfig(max_seq_length=32), dupe_factor=2)
+
+    def write_complete_meta(folder, meta):
+        if meta.complete:
+            write_meta(folder, meta)
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("bertkit.data.shards.os.fsync", lambda fd: None)
+        mp.setattr("bertkit.data.prepare.write_meta", write_complete_meta)
         prepare([_corpus(root / "corpus.txt", n_docs=520)], tokenizer, root / "shards",
                 PrepareConfig(chunk, format="google", shard_size=1), progress=False)
     assert len(read_meta(root / "shards").shards) >= 3000
@@ -248,9 +256,10 @@ def test_pretraining_on_3000_shards_under_a_low_descriptor_limit_resumes(many_sh
 
     full = pretrain(tmp_path / "full")
     assert len(full) == 4
-    cut = tmp_path / "cut"
-    pretrain(cut)
     import shutil
 
-    shutil.rmtree(cut / "checkpoints" / "step-4")  # as if killed between the two saves
+    # the run killed between the two saves: the uninterrupted run's folder (the same command
+    # writes the same files) without its step-4 state
+    cut = shutil.copytree(tmp_path / "full", tmp_path / "cut")
+    shutil.rmtree(cut / "checkpoints" / "step-4")
     assert pretrain(cut, "--resume") == full

@@ -233,14 +233,21 @@ def test_a_process_group_that_does_not_form_ends_in_one_line(corpus, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.fixture(scope="module")
+def full_one_process(corpus, tmp_path_factory) -> Path:
+    """An uninterrupted 1-process run, dropout off: what both world-size resumes must equal."""
+    out = tmp_path_factory.mktemp("full-one") / "run"
+    full = worker(corpus, out, 1)
+    assert full.returncode == 0, full.stderr[-3000:]
+    return out
+
+
 @pytest.mark.parametrize("before,after", [(2, 1), (1, 2)])
 def test_resume_on_another_world_size_trains_on_the_same_examples(corpus, tmp_path, before,
-                                                                  after):
+                                                                  after, full_one_process):
     """Saved with `before` processes at step 3, resumed with `after` at the same global batch:
     the examples at every stream position are the uninterrupted run's, and so are the losses
     (dropout off, masks from the positions); the log says once what was re-derived."""
-    full = worker(corpus, tmp_path / "full", 1)
-    assert full.returncode == 0, full.stderr[-3000:]
     # the collate is called per micro-batch: 4 per step alone, 2 per rank with 2 processes;
     # the kill falls in step 4, after the step-3 save
     cut = worker(corpus, tmp_path / "cut", before, "--kill-at", str(14 if before == 1 else 8))
@@ -249,10 +256,10 @@ def test_resume_on_another_world_size_trains_on_the_same_examples(corpus, tmp_pa
     resumed = worker(corpus, tmp_path / "cut", after, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert resumed.stderr.count("dropout streams re-derived") == 1
-    expected = json.loads((tmp_path / "full" / "losses-0.json").read_text())
+    expected = json.loads((full_one_process / "losses-0.json").read_text())
     got = json.loads((tmp_path / "cut" / "losses-3.json").read_text())
     assert got == pytest.approx(expected[3:], rel=1e-5)
-    assert seen(tmp_path / "cut") == seen(tmp_path / "full")
+    assert seen(tmp_path / "cut") == seen(full_one_process)
 
 
 def test_cuda_rng_states_of_more_gpus_than_here_restore_as_far_as_they_go(caplog):
