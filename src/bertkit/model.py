@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -33,10 +33,9 @@ from bertkit.errors import BertkitError
 from bertkit.switches import device_generic
 from bertkit.varlen import GROUP_COST, VarlenLayout
 
-try:  # FlashAttention's varlen kernel (CUDA) in recent torch; the length groups without it
-    from torch.nn.attention.varlen import varlen_attn
-except ImportError:  # pragma: no cover - older torch
-    varlen_attn = None
+# FlashAttention's varlen kernel (CUDA) in recent torch, imported on first use (`_varlen_attn`):
+# importing it imports torch._dynamo, 1.5 s of every process's start-up, and only CUDA runs it
+varlen_attn: Any = ...  # ... = not imported yet; None = this torch has none
 
 
 @dataclass
@@ -168,7 +167,7 @@ class SelfAttention(nn.Module):
         if varlen_kernel_runs(qkv, dropout_p):
             q, k, v = qkv.view(S, 3, N, D).unbind(1)  # 3 x (S, N, D)
             cu, t = layout.cu_seqlens, layout.max_seqlen
-            return self.out(varlen_attn(q, k, v, cu, cu, t, t).reshape(S, H))  # (S, H)
+            return self.out(_varlen_attn()(q, k, v, cu, cu, t, t).reshape(S, H))  # (S, H)
         ctx = []
         for g in layout.groups:
             part = qkv[g.start:g.end]  # (n, 3H) the group's tokens
@@ -185,9 +184,21 @@ def varlen_kernel_runs(qkv: torch.Tensor, dropout_p: float) -> bool:
     """Whether torch's varlen attention (FlashAttention's kernel: CUDA from Ampere on, fp16/bf16,
     no dropout on the probabilities) takes the packed batch whole, on its `cu_seqlens`;
     elsewhere attention runs group by group through `attend`."""
-    return (varlen_attn is not None and qkv.is_cuda and dropout_p == 0.0
+    return (qkv.is_cuda and dropout_p == 0.0
             and qkv.dtype in (torch.float16, torch.bfloat16) and not _exporting()
-            and torch.cuda.get_device_capability(qkv.device) >= (8, 0))
+            and torch.cuda.get_device_capability(qkv.device) >= (8, 0)
+            and _varlen_attn() is not None)
+
+
+def _varlen_attn() -> Any:
+    """torch's `varlen_attn`, or None where this torch has none (the length groups then)."""
+    global varlen_attn
+    if varlen_attn is ...:
+        try:
+            from torch.nn.attention.varlen import varlen_attn
+        except ImportError:  # pragma: no cover - older torch
+            varlen_attn = None
+    return varlen_attn
 
 
 class FeedForward(nn.Module):
