@@ -77,7 +77,7 @@ class TrainerConfig:
 
 
 @dataclass
-class TrainResult:
+class VocabResult:
     """The learned vocabulary (in file order) and how it came about."""
 
     vocab: list[str]
@@ -120,7 +120,7 @@ def _initial_units(words: Mapping[str, int], alphabet: list[str]) -> list[str]:
 
 def train_from_counts(
     word_counts: Mapping[str, int], config: TrainerConfig, progress: bool = False
-) -> TrainResult:
+) -> VocabResult:
     """Learn a WordPiece vocabulary from pre-tokenized word counts.
 
     The result depends only on the counts (not on their order), so it is the same for any
@@ -144,7 +144,7 @@ def train_from_counts(
             "--limit-alphabet"
         )
     merges, pieces = _merge(usable, units, config, budget, progress)
-    result = TrainResult(head + units + pieces, merges, pieces, alphabet, len(pieces) < budget,
+    result = VocabResult(head + units + pieces, merges, pieces, alphabet, len(pieces) < budget,
                          skipped, words)
     if result.stopped_early:
         logger.warning(
@@ -176,7 +176,7 @@ def _merge(words: dict[str, int], units: list[str], config: TrainerConfig, budge
 
 def train_from_texts(
     texts: Iterable[str], config: TrainerConfig, progress: bool = False
-) -> TrainResult:
+) -> VocabResult:
     """Learn a vocabulary from an iterable of raw strings (pre-tokenized here, streaming)."""
     from bertkit.io import progress_bar
 
@@ -191,7 +191,7 @@ def train_from_files(
     progress: bool = False,
     max_words: int | None = None,
     fields: Fields = DEFAULT_FIELDS,
-) -> TrainResult:
+) -> VocabResult:
     """Learn a vocabulary from corpus files (globs and folders allowed, compressed too; the
     record formats' text in `fields`), counting on `workers` processes, with at most
     `max_words` distinct words held (None: no cap)."""
@@ -204,7 +204,7 @@ def train_from_files(
     return train_from_counts(counts, config, progress)
 
 
-def save_vocab(result: TrainResult, out_dir: str | os.PathLike, do_lower_case: bool) -> Path:
+def save_vocab(result: VocabResult, out_dir: str | os.PathLike, do_lower_case: bool) -> Path:
     """Write ``vocab.txt`` and ``tokenizer_config.json`` (atomically) so that
     ``BertTokenizer.from_pretrained(out_dir)`` works at once. Returns the vocab path."""
     out = Path(out_dir)
