@@ -170,7 +170,8 @@ def fit(model, make_batch, n: int, recipe: Recipe, seed: int,
 
 def train_sequence_classifier(model_dir: str, task, train: list, labels: list[str] | None,
                               recipe: Recipe, seed: int, checkpoint: Checkpointing | None = None):
-    """Fine-tune AutoModelForSequenceClassification (one output for regression)."""
+    """Fine-tune AutoModelForSequenceClassification (one output for regression); returns the
+    model, its tokenizer and `fit`'s training seconds."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     torch.manual_seed(seed)  # the new head's initialization
@@ -211,7 +212,8 @@ def _encode_words(tok, examples, max_length: int):
 def train_token_classifier(model_dir: str, train: list, labels: list[str], recipe: Recipe,
                            seed: int, checkpoint: Checkpointing | None = None):
     """run_ner's recipe: AutoModelForTokenClassification, each word's tag on its first piece,
-    the other pieces -100 (label_all_tokens=False), labels padded with -100."""
+    the other pieces -100 (label_all_tokens=False), labels padded with -100. Returns the model,
+    its tokenizer and `fit`'s training seconds."""
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
     torch.manual_seed(seed)
@@ -280,7 +282,8 @@ def _answer_span(enc, i: int, example) -> tuple[int, int]:
 def train_question_answering(model_dir: str, train: list, recipe: Recipe, seed: int,
                              stride: int = 128, checkpoint: Checkpointing | None = None):
     """run_qa's recipe: AutoModelForQuestionAnswering on windows of `max_seq_length` tokens
-    with `stride` overlap, each window labelled with the span or [CLS]."""
+    with `stride` overlap, each window labelled with the span or [CLS]. Returns the model, its
+    tokenizer and `fit`'s training seconds."""
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
     torch.manual_seed(seed)

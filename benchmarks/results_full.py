@@ -168,7 +168,9 @@ def record(job: Job, metrics: dict, timing: dict, side_by_side: int, threads: in
             "system": job.system, "seed": job.seed, "lr": job.lr,
             "role": "lr-sweep" if job.seed == SWEEP_SEED else "row",
             "metric": FULL[job.task]["metrics"][0], "metrics": metrics, **timing,
-            "threads": threads, "side_by_side": side_by_side, "cpu": machine_name()}
+            # the loops' own training seconds, summed over sittings (docs/results.md)
+            "timing": "loop", "threads": threads, "side_by_side": side_by_side,
+            "cpu": machine_name()}
 
 
 FULL_BEGIN, FULL_END = "<!-- full-table:begin -->", "<!-- full-table:end -->"

@@ -274,7 +274,11 @@ def check_unlocked(path: str | os.PathLike) -> None:
     folder = Path(path)
     if fcntl is None or not (folder / LOCK_FILE).is_file() or _holds(folder.resolve()):
         return
-    with open(folder / LOCK_FILE, encoding="utf-8") as f:
+    try:
+        f = open(folder / LOCK_FILE, encoding="utf-8")  # noqa: SIM115 (closed below)
+    except FileNotFoundError:  # removed by its holder since the look above: nobody holds it
+        return
+    with f:
         try:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -34,7 +34,8 @@ from bertkit.switches import device_generic
 from bertkit.varlen import GROUP_COST, VarlenLayout
 
 # FlashAttention's varlen kernel (CUDA) in recent torch, imported on first use (`_varlen_attn`):
-# importing it imports torch._dynamo, 1.5 s of every process's start-up, and only CUDA runs it
+# importing it imports torch._dynamo, 1.4 s of every command's start-up (docs/benchmarks.md),
+# and only CUDA runs it
 varlen_attn: Any = ...  # ... = not imported yet; None = this torch has none
 
 

@@ -7,7 +7,6 @@ import threading
 
 import pytest
 
-from bertkit.errors import BertkitError
 from bertkit.studies import runner
 from tests.helpers import held_elsewhere
 
@@ -25,14 +24,42 @@ def test_the_run_log_keeps_each_record_with_its_date_and_machine(tmp_path):
     assert runner.machine_name(first).startswith(first["machine"]["cpu"])
 
 
-def test_a_line_cut_by_a_kill_is_skipped_but_a_damaged_middle_is_an_error(tmp_path, capsys):
+def test_a_line_cut_by_a_kill_is_skipped_and_the_next_record_starts_its_own_line(tmp_path,
+                                                                              capsys):
     path = tmp_path / "runs.jsonl"
-    path.write_text(json.dumps({"a": 1}) + "\n" + '{"a": 2, "sco')
-    assert runner.RunLog(path).read() == [{"a": 1}]
-    assert "runs.jsonl:2: a cut last line" in capsys.readouterr().err
-    path.write_text('{"a": 1, "sc\n' + json.dumps({"a": 2}) + "\n")
-    with pytest.raises(BertkitError, match=r"runs.jsonl:1: not a JSON record"):
-        runner.RunLog(path).read()
+    path.write_text(json.dumps({"a": 1}) + "\n" + '{"a": 2, "sco')  # killed mid-write
+    log = runner.RunLog(path)
+    assert log.read() == [{"a": 1}]
+    assert "runs.jsonl:2: not a JSON record" in capsys.readouterr().err
+    log.append({"a": 3})  # the run again, after the cut line
+    log.append({"a": 4})
+    assert [r["a"] for r in log.read()] == [1, 3, 4]  # the cut line stays skipped, said again
+    assert "runs.jsonl:2:" in capsys.readouterr().err
+
+
+def _hold_then_remove(folder, ready, go) -> None:
+    import shutil
+
+    with runner.hold(folder, "the job"):
+        ready.set()
+        go.wait(30)
+        shutil.rmtree(folder)  # recorded: nothing left to resume
+
+
+def test_a_job_waiting_for_a_folder_its_holder_removes_takes_it_again(tmp_path):
+    import multiprocessing
+
+    folder = tmp_path / "job"
+    ctx = multiprocessing.get_context("fork")
+    ready, go = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold_then_remove, args=(folder, ready, go))
+    holder.start()
+    assert ready.wait(30)
+    threading.Timer(0.5, go.set).start()  # while this process waits for the lock
+    with runner.hold(folder, "the job"):
+        assert folder.is_dir() and not runner.busy(folder)
+    holder.join(30)
+    assert not folder.exists()  # empty once let go: removed
 
 
 def test_a_folder_held_by_another_process_is_busy_and_refused(tmp_path):
@@ -46,7 +73,7 @@ def test_a_folder_held_by_another_process_is_busy_and_refused(tmp_path):
     assert not runner.busy(folder)  # let go when its holder ended
     with runner.hold(folder, "the job"):
         (folder / "state").write_text("x")
-    assert not runner.busy(folder)
+    assert not runner.busy(folder) and (folder / "state").exists()  # a folder with state stays
 
 
 def test_a_job_may_delete_its_folder_while_it_holds_it(tmp_path):

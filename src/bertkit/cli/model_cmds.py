@@ -9,6 +9,7 @@ from pathlib import Path
 from bertkit.checkpoint import read_state_dict
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
+from bertkit.io import read_json_object
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,8 +31,7 @@ def describe(model_dir: Path) -> dict:
         with vocab.open(encoding="utf-8") as f:
             vocab_size = sum(1 for _ in f)
     tok_cfg = model_dir / "tokenizer_config.json"
-    lower = json.loads(tok_cfg.read_text(encoding="utf-8")).get("do_lower_case") \
-        if tok_cfg.is_file() else None
+    lower = read_json_object(tok_cfg).get("do_lower_case") if tok_cfg.is_file() else None
     encoder_prefixes = ("bert.", "embeddings.", "encoder.", "pooler.")
     heads = sorted({name.split(".")[0] for name in state if not name.startswith(encoder_prefixes)})
     return {

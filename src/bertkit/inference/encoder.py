@@ -20,7 +20,6 @@ where it has the most context, as in BERT's SQuAD recipe (`_check_is_max_context
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import os
 import time
@@ -37,7 +36,7 @@ from torch import nn
 
 from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.errors import BertkitError
-from bertkit.io import progress_bar
+from bertkit.io import progress_bar, read_json_object
 from bertkit.model import BertModel
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.windows import context_score, window_starts
@@ -277,10 +276,10 @@ def sentence_transformers_settings(model_dir: Path) -> tuple[int | None, Pooling
     length, pooling = None, None
     st_config = model_dir / "sentence_bert_config.json"
     if st_config.is_file():
-        length = json.loads(st_config.read_text(encoding="utf-8")).get("max_seq_length")
+        length = read_json_object(st_config).get("max_seq_length")
     pool_config = model_dir / "1_Pooling" / "config.json"
     if pool_config.is_file():
-        modes = json.loads(pool_config.read_text(encoding="utf-8"))
+        modes = read_json_object(pool_config)
         for mode, name in (("cls_token", "cls"), ("mean_tokens", "mean"), ("max_tokens", "max")):
             if modes.get(f"pooling_mode_{mode}"):
                 pooling = name

@@ -11,6 +11,7 @@ records are kept, how a job is claimed and how jobs are kept going.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -53,8 +54,8 @@ class RunLog:
 
     Every record gets the `date` and the `machine` it was made on (unless the study set them).
     One append is one `write` to a file opened with O_APPEND, so the children of a study may
-    append side by side; a line cut by a kill (the last one) is skipped with its number said,
-    never read as a run."""
+    append side by side. A line cut by a kill is skipped with its file and line said (its run
+    runs again), never read as a run; the next append starts a line of its own after it."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -68,22 +69,27 @@ class RunLog:
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
-                if number < len(lines):  # only the last line can be cut by a kill
-                    raise BertkitError(f"{self.path}:{number}: not a JSON record") from None
-                print(f"{self.path}:{number}: a cut last line, skipped (its run is run again)",
-                      file=sys.stderr)
+                record = None
+            if not isinstance(record, dict):
+                print(f"{self.path}:{number}: not a JSON record (a line cut by a kill?), "
+                      "skipped: its run is run again", file=sys.stderr)
+                continue
+            records.append(record)
         return records
 
     def append(self, record: dict[str, Any]) -> dict[str, Any]:
         record = {**record}
         record.setdefault("date", time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
         record.setdefault("machine", machine())
-        line = (json.dumps(record, default=str) + "\n").encode()
+        line = (json.dumps(record) + "\n").encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":  # a line cut by a kill
+                line = b"\n" + line
             os.write(fd, line)
         finally:
             os.close(fd)
@@ -99,17 +105,26 @@ def hold(folder: str | os.PathLike, what: str) -> Iterator[None]:
     """One process at a time on `folder` (a job's state, a sitting's marker): the run-folder
     lock (`io.lock_output_dir`: the kernel drops it when its process dies, so a stale lock never
     blocks a restart), held while the block runs. Held elsewhere: `Busy` (a BertkitError)
-    naming `what` and the holder. The folder may be deleted inside the block (a job recorded)."""
+    naming `what` and the holder. The folder may be deleted inside the block (a job recorded):
+    a process waiting for it makes it again and takes it; an empty folder goes at the end."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        lock_output_dir(folder)
-    except BertkitError as err:
-        raise Busy(f"{what} is running in another process ({err})") from None
+    for _ in range(3):
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            lock_output_dir(folder)
+            break
+        except FileNotFoundError:  # its last holder removed the folder meanwhile (recorded)
+            continue
+        except BertkitError as err:
+            raise Busy(f"{what} is running in another process ({err})") from None
+    else:
+        raise Busy(f"{what}: {folder} was removed three times while this process took it")
     try:
         yield
     finally:
         release_output_dir(folder)
+        with contextlib.suppress(OSError):  # nothing left in it (a job recorded or not begun)
+            folder.rmdir()
 
 
 def busy(folder: str | os.PathLike) -> bool:
