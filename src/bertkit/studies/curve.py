@@ -384,6 +384,9 @@ def plot_curve(rows: Sequence[dict[str, Any]], png: Path) -> Path | None:
     right.axhline(0, color="grey", lw=0.8)
     right.set(xscale="log", xlabel="pre-training CPU-hours",
               ylabel="gain over random init (points, ± 2 SE)")
+    for ax in (left, right):  # the budgets as plain numbers, not 3x10^-1 (log ticks overlap)
+        ax.set_xticks(hours, [f"{h:.2g}" for h in hours])
+        ax.minorticks_off()
     fig.tight_layout()
     return save_figure(fig, plt, png)
 
