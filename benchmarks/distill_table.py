@@ -64,6 +64,14 @@ def _cell(values: list[float]) -> str:
     return f"{mean:.1f} ± {std:.1f} ({len(values)})" if len(values) > 1 else f"{mean:.1f} (1)"
 
 
+def _name(student: str) -> str:
+    """A student as the table shows it: `layers:0,2,4`, `tiny`, or a pre-trained folder by its
+    last two path parts (the pre-training curve's points: `points/2h`)."""
+    if student in STUDENTS or not ("/" in student or Path(student).is_absolute()):
+        return f"`{student}`"
+    return f"pre-trained `{'/'.join(Path(student).parts[-2:])}`"
+
+
 def _of(values: list[float], teacher: float) -> str:
     """The mean as a fraction of the teacher's score."""
     return f"{mean_std(values)[0] / teacher:.3f}" if values else "–"
@@ -91,7 +99,8 @@ def table(records: list[dict]) -> list[str]:
         lines.append(f"| {task} ({runs[0]['metric']}) | teacher: MiniLM-L6 fine-tuned | 6 | "
                      f"{runs[0]['teacher_parameters'] / 1e6:.1f}M | **{teacher:.1f}** | 1 | – "
                      f"| – | – | 1 |")
-        for student in STUDENTS:
+        others = sorted({r["student"] for r in runs} - set(STUDENTS))
+        for student in (*STUDENTS, *others):
             mine = sorted((r for r in runs if r["student"] == student), key=lambda r: r["seed"])
             if not mine:
                 continue
@@ -99,7 +108,7 @@ def table(records: list[dict]) -> list[str]:
             without = [100 * r["baseline_dev"] for r in mine if r["baseline_dev"] is not None]
             speed = [r["cpu_speedup"] for r in mine if r["cpu_speedup"]]
             lines.append(
-                f"| {task} | `{student}` (lr {mine[0]['lr']:g}) | {mine[0]['student_layers']} | "
+                f"| {task} | {_name(student)} (lr {mine[0]['lr']:g}) | {mine[0]['student_layers']} | "
                 f"{mine[0]['student_parameters'] / 1e6:.1f}M | {_cell(with_t)} | {_of(with_t, teacher)} | "
                 f"{_cell(without)} | {_of(without, teacher)} | {_paired(mine)} | "
                 f"{(sum(speed) / len(speed)) if speed else float('nan'):.2f}x |")

@@ -33,3 +33,12 @@ def test_each_run_is_recorded_once_and_the_row_pairs_seeds(tmp_path):
     # with - without, seed by seed: +2, +1, +3 -> mean 2, std 1, SE 1/sqrt(3)
     assert row[8] == "+2.0 ± 0.6" and row[9] == "2.90x |"
     assert lines[-1].startswith("Machine: ")
+
+
+def test_a_pre_trained_student_is_named_by_its_folder_after_the_known_ones(tmp_path):
+    log = RunLog(tmp_path / "runs.jsonl")
+    log.append(distill_table.record(results(0, 0.7, 0.6, student="/w/pretrain-curve/points/2h")))
+    log.append(distill_table.record(results(0, 0.8, 0.7, student="tiny")))
+    rows = distill_table.table(log.read())[3:5]
+    assert rows[0].startswith("| mrpc | `tiny` (lr 3e-05)")
+    assert rows[1].startswith("| mrpc | pre-trained `points/2h` (lr 3e-05)")
