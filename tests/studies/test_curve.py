@@ -140,3 +140,44 @@ def test_the_demo_report_states_what_the_curve_measured(tmp_path):
     lines = curve_lines(record)
     assert lines[-1] == "Own pre-training first paid at 4h of CPU (+3.0 ± 1.0 points)."
     assert "| 4h | 8.0M | 30.0% | +3.0 ± 1.0 |" in lines[2]  # the table
+
+
+def test_continued_pretraining_starts_from_the_model_and_compares_with_it(settings, tmp_path):
+    import torch
+
+    from bertkit.config import BertConfig
+    from bertkit.studies import pipeline
+    from bertkit.tokenization import BertTokenizer
+
+    curve.prepare_data(settings, tmp_path / "first")  # a vocabulary for the model to continue
+    tokenizer = BertTokenizer.from_pretrained(tmp_path / "first" / "vocab")
+    init = pipeline.random_init(BertConfig.preset("tiny", vocab_size=tokenizer.vocab_size),
+                                tokenizer, tmp_path / "init", seed=123)
+    cont = curve.CurveSettings.continued(str(init), settings.corpus, batch_size=8,
+                                         max_seq_length=32, budgets_hours=BUDGETS[:1])
+    assert (cont.lr, cont.model, cont.vocab_size) == (1e-4, "init", tokenizer.vocab_size)
+    work = tmp_path / "work"
+    curve.prepare_data(cont, work)
+    assert (work / "vocab" / "vocab.txt").read_text() == (init / "vocab.txt").read_text()
+    store = curve.open_store(work, cont)
+    assert store.data["settings"]["init"] == str(init)
+    curve.pretrain_points(store, cont, work)
+    point = work / "points" / curve.budget_label(BUDGETS[0])
+    from bertkit.checkpoint import read_state_dict
+
+    before, after = read_state_dict(init), read_state_dict(point)
+    name = next(k for k in before if k.endswith("word_embeddings.weight"))
+    # a few steps at 1e-4 from the model: close to it; a fresh model would be ~0.03 away
+    assert (after[name] - before[name]).abs().max() < 0.01
+    assert not torch.equal(after[name], before[name])
+    assert curve.baseline(cont) == curve.INIT and curve.baseline(settings) == curve.RANDOM
+    assert curve.report_name(cont)[0] == "continued_pretraining"
+
+
+def test_a_tasks_training_text_without_labels_is_the_continued_corpus(shared_data, tmp_path):
+    [path] = curve.task_text("sst2", shared_data, tmp_path)
+    lines = open(path, encoding="utf-8").read().splitlines()
+    train = (shared_data / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8")
+    first = train.splitlines()[1].split("\t")[0]
+    assert lines[0] == " ".join(first.split()) and len(lines) == len(train.splitlines()) - 1
+    assert not any(line.endswith(("\t0", "\t1")) for line in lines)

@@ -9,11 +9,13 @@ from pathlib import Path
 import torch
 
 from bertkit.cli.common import data_root
+from bertkit.errors import BertkitError
 from bertkit.studies import curve
 
 log = logging.getLogger(__name__)
 
 DEFAULTS = curve.CurveSettings(corpus=("-",))  # the defaults, defined once in the library
+DEFAULT_WORK = Path("../bertkit-studies/pretrain-curve")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "book text, exported at budgets of its own CPU-hours, each point fine-tuned against the "
         "same architecture from random initialization (docs/pretraining.md).")
     p.add_argument("name", choices=("pretrain-curve",))
-    p.add_argument("--work", type=Path, default=Path("../bertkit-studies/pretrain-curve"),
+    p.add_argument("--work", type=Path, default=DEFAULT_WORK,
                    metavar="DIR", help="the study's folder: data, the run, the points, study.json "
                    "(outside the checkout, so that a new checkout keeps it)")
     p.add_argument("--data", type=Path, default=None, metavar="DIR",
@@ -39,21 +41,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--report", type=Path, default=None, metavar="DIR",
                    help="write DIR/pretrain_curve.md (the table) and DIR/pretrain_curve.png "
                    "from what is recorded, and stop")
+    p.add_argument("--init", default=None, metavar="MODEL",
+                   help="continued pre-training: start from this model folder (its vocabulary, "
+                   "shape and weights) and compare each point with the model as it came, not "
+                   "with random init; with --task-text, on a task's own text (Gururangan et "
+                   "al.'s task-adaptive pre-training). Defaults then: lr 1e-4, batch 32, 10%% "
+                   "warmup, the model's dropout, budgets 0.25-2 CPU-hours; use its own --work")
+    p.add_argument("--task-text", default=None, metavar="TASK",
+                   help="with --init: pre-train on TASK's training texts without their labels "
+                   "(default: the book text)")
     p.add_argument("--model", default=DEFAULTS.model)
     p.add_argument("--vocab-size", type=int, default=DEFAULTS.vocab_size)
-    p.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
-    p.add_argument("--lr", type=float, default=DEFAULTS.lr)
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"(default: {DEFAULTS.batch_size}; with --init 32)")
+    p.add_argument("--lr", type=float, default=None, help=f"(default: {DEFAULTS.lr:g}; "
+                   "with --init 1e-4)")
     p.add_argument("--threads", type=int, default=DEFAULTS.threads,
                    help="torch threads for the pre-training")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = curve.CurveSettings(
-        corpus=curve.corpus_files(data_root(args.data)), model=args.model,
-        vocab_size=args.vocab_size, batch_size=args.batch_size, lr=args.lr,
-        threads=args.threads)
     work, ft = args.work, curve.FinetuneSettings()
+    given = {k: v for k, v in (("batch_size", args.batch_size), ("lr", args.lr))
+             if v is not None}
+    if args.task_text and not args.init:
+        raise BertkitError("--task-text is for continued pre-training: give --init MODEL too")
+    if args.init is not None:
+        if args.model != DEFAULTS.model or args.vocab_size != DEFAULTS.vocab_size:
+            raise BertkitError("--init: the model's own shape and vocabulary are used; "
+                               "drop --model / --vocab-size")
+        if work == DEFAULT_WORK:
+            raise BertkitError("--init: give the continued study a --work folder of its own "
+                               f"({DEFAULT_WORK} holds the curve)")
+        corpus = (curve.task_text(args.task_text, data_root(args.data), work) if args.task_text
+                  else curve.corpus_files(data_root(args.data)))
+        settings = curve.CurveSettings.continued(args.init, corpus, threads=args.threads,
+                                                 **given)
+    else:
+        settings = curve.CurveSettings(
+            corpus=curve.corpus_files(data_root(args.data)), model=args.model,
+            vocab_size=args.vocab_size, threads=args.threads, **given)
     if args.status or args.report:
         store = curve.open_store(work, settings)
         print("\n".join(curve.status_lines(store)) or f"{work}: nothing recorded yet")
@@ -62,9 +90,11 @@ def run(args: argparse.Namespace) -> int:
         print(curve.report_markdown(rows, ft))
         if args.report:
             args.report.mkdir(parents=True, exist_ok=True)
-            curve.plot_curve(rows, args.report / "pretrain_curve.png")
-            page = curve.write_report(args.report, rows, ft, curve.status_lines(store))
-            print(f"wrote {page} and {args.report / 'pretrain_curve.png'}")
+            name = curve.report_name(settings)
+            png = args.report / f"{name[0]}.png"
+            curve.plot_curve(rows, png)
+            page = curve.write_report(args.report, rows, ft, curve.status_lines(store), name)
+            print(f"wrote {page} and {png}")
         return 0
     if args.finetune:
         with curve.sitting(work, "finetune"):

@@ -54,6 +54,7 @@ from bertkit.studies.report import (
 )
 from bertkit.studies.results import ResultsStore
 from bertkit.studies.runner import hold, machine
+from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.finetune import FinetuneConfig, finetune_train_config
 from bertkit.training.pretrain import PretrainConfig, pretrain_train_config, run_pretraining
@@ -82,6 +83,11 @@ class CurveSettings:
     budgets_hours: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # CPU-hours
     threads: int = 1  # torch threads of the pre-training (CPU seconds count all of them)
     seed: int = 0
+    # Continued pre-training (Gururangan et al. 2020): start from this model folder (its
+    # vocabulary, shape and weights; an MLM head it lacks starts fresh) instead of random
+    # weights, and fine-tune it unchanged as the baseline instead of the random-init twin.
+    # `vocab_size`, `model` and `dropout` are then the model's own.
+    init: str | None = None
 
     def __post_init__(self) -> None:
         if not self.corpus:
@@ -93,6 +99,18 @@ class CurveSettings:
     @property
     def horizon_seconds(self) -> float:
         return self.budgets_hours[-1] * HOUR
+
+    @classmethod
+    def continued(cls, init: str, corpus: tuple[str, ...], **changes: Any) -> CurveSettings:
+        """Continued pre-training of `init` on `corpus` (a task's own text: Gururangan et al.'s
+        task-adaptive pre-training): a fine-tuning-sized rate and batch (the model has learned
+        already; 1e-3 would undo it), 10% warmup, the model's own dropout, budgets to 2
+        CPU-hours. Any field can still be changed."""
+        config = BertConfig.load(init)
+        return cls(corpus=corpus, init=init, **{
+            "vocab_size": config.vocab_size, "model": "init", "lr": 1e-4, "batch_size": 32,
+            "warmup_ratio": 0.1, "dropout": config.hidden_dropout_prob,
+            "budgets_hours": (0.25, 0.5, 1.0, 2.0), **changes})
 
 
 def budget_label(hours: float) -> str:
@@ -107,13 +125,51 @@ def sitting(work: Path, part: str) -> AbstractContextManager[None]:
 
 
 def open_store(work: Path, settings: CurveSettings) -> ResultsStore:
-    return ResultsStore(work / "study.json", dataclasses.asdict(settings))
+    recorded = dataclasses.asdict(settings)
+    if recorded["init"] is None:  # a study begun before `init` existed recorded no such key
+        del recorded["init"]
+    return ResultsStore(work / "study.json", recorded)
+
+
+def baseline(settings: CurveSettings) -> str:
+    """The variant every point is compared with: the random-init twin, or the --init model."""
+    return RANDOM if settings.init is None else INIT
+
+
+def report_name(settings: CurveSettings) -> tuple[str, str, str]:
+    """Where `--report` writes: the files' stem and the page's markers (the curve, or
+    continued pre-training: one page, two tables)."""
+    if settings.init is None:
+        return "pretrain_curve", CURVE_BEGIN, CURVE_END
+    return "continued_pretraining", CONTINUED_BEGIN, CONTINUED_END
+
+
+def task_text(task: str, data: Path, work: Path) -> tuple[str, ...]:
+    """A task's training texts without their labels, one per line (a pair's two texts each on
+    a line), written once into the work folder: the corpus of task-adaptive pre-training.
+    Dev and test texts are never read, so the fine-tuning's evaluation stays unseen."""
+    path = work / "corpus" / f"{task}-train.txt"
+    if not path.is_file():
+        files, _ = task_files(task, data)
+        if "train_file" not in files:
+            raise BertkitError(f"{task}: no training file under {data} to take text from")
+        examples = get_task(task).read(Path(files["train_file"]))
+        lines = [t for e in examples for t in (e.text_a, getattr(e, "text_b", None)) if t]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, "\n".join(" ".join(t.split()) for t in lines) + "\n")
+    return (str(path),)
 
 
 def prepare_data(settings: CurveSettings, work: Path, workers: int = 1) -> Path:
-    """The vocabulary and the dynamic-masking shards (cached; a killed preparation resumes)."""
-    tokenizer = pipeline.learn_vocabulary(settings.corpus, work / "vocab", settings.vocab_size,
-                                          workers=workers, progress=False)
+    """The vocabulary (learned, or the --init model's) and the dynamic-masking shards (cached;
+    a killed preparation resumes)."""
+    if settings.init is not None:
+        tokenizer = BertTokenizer.from_pretrained(settings.init)
+        tokenizer.save_pretrained(work / "vocab")
+    else:
+        tokenizer = pipeline.learn_vocabulary(settings.corpus, work / "vocab",
+                                              settings.vocab_size, workers=workers,
+                                              progress=False)
     shards = work / "shards"
     if not (shards / "meta.json").is_file():
         t = settings.max_seq_length
@@ -128,6 +184,8 @@ def prepare_data(settings: CurveSettings, work: Path, workers: int = 1) -> Path:
 
 
 def architecture(settings: CurveSettings, vocab_size: int) -> BertConfig:
+    if settings.init is not None:
+        return BertConfig.load(settings.init)
     return BertConfig.preset(settings.model, vocab_size=vocab_size,
                              max_position_embeddings=max(512, settings.max_seq_length),
                              hidden_dropout_prob=settings.dropout,
@@ -144,8 +202,9 @@ def run_config(settings: CurveSettings, work: Path, run: Path, max_steps: int,
         warmup_ratio=settings.warmup_ratio, seed=settings.seed, precision="fp32",
         log_every=log_every, save_every=save_every, keep=1, eval_every=0, progress=False,
         resume=RESUME_AUTO, stop_at_cpu_seconds=stop_at)
-    return PretrainConfig(data=str(work / "shards"), train=train,
-                          config_file=str(pipeline.architecture_file(run)),
+    shape = ({"init": settings.init} if settings.init is not None else
+             {"config_file": str(pipeline.architecture_file(run))})
+    return PretrainConfig(data=str(work / "shards"), train=train, **shape,
                           tokenizer=str(work / "vocab"), objective=settings.objective,
                           eval_batches=20)
 
@@ -159,7 +218,8 @@ def horizon_steps(store: ResultsStore, settings: CurveSettings, work: Path,
         probe = work / "probe"
         shutil.rmtree(probe, ignore_errors=True)
         cfg = run_config(settings, work, probe, max_steps=12, log_every=4, save_every=0)
-        arch.save(cfg.config_file)
+        if cfg.config_file is not None:  # (with --init, the model's own)
+            arch.save(cfg.config_file)
         run_pretraining(cfg)
         # steps 4 to 12 from the log: start-up, the first steps' allocations and the final
         # evaluation and export left out
@@ -256,6 +316,7 @@ class FinetuneSettings:
 
 
 RANDOM = "random"  # the variant name of the same architecture, never pre-trained
+INIT = "init"  # continued pre-training's baseline: the --init model as it came
 
 
 def open_cells(work: Path, settings: FinetuneSettings) -> ResultsStore:
@@ -283,9 +344,12 @@ def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSet
     the selection seed, then the reported seeds at the chosen rate."""
 
     tokenizer = BertTokenizer.from_pretrained(work / "vocab")
-    models = {RANDOM: pipeline.random_init(architecture(settings, tokenizer.vocab_size),
-                                           tokenizer, work / "points" / RANDOM,
-                                           seed=settings.seed)}
+    if settings.init is not None:
+        models = {INIT: Path(settings.init)}
+    else:
+        models = {RANDOM: pipeline.random_init(architecture(settings, tokenizer.vocab_size),
+                                               tokenizer, work / "points" / RANDOM,
+                                               seed=settings.seed)}
     for label in (budget_label(h) for h in settings.budgets_hours):
         if store.pretrain_info(label) is not None:
             models[label] = work / "points" / label
@@ -335,7 +399,7 @@ def curve_rows(store: ResultsStore, cells: ResultsStore, settings: CurveSettings
                ft: FinetuneSettings, work: Path | None = None) -> list[dict[str, Any]]:
     """One row per point: budget, step, tokens, held-out MLM accuracy, the first fill-mask
     guesses (with `work`, from the point's export), fine-tuned scores."""
-    rnd = cells.scores(RANDOM, ft.task)
+    rnd = cells.scores(baseline(settings), ft.task)
     rows = []
     for hours in settings.budgets_hours:
         label = budget_label(hours)
@@ -346,7 +410,8 @@ def curve_rows(store: ResultsStore, cells: ResultsStore, settings: CurveSettings
         row = {"budget": label, "cpu_hours": info["cpu_seconds"] / HOUR, "step": info["step"],
                "tokens": info["tokens_seen"], "mlm_acc": info.get("eval_mlm_acc"),
                "fill_mask": first_guesses(work / "points" / label) if work else [],
-               "scores": pre, "random": rnd}
+               "scores": pre, "random": rnd,
+               "baseline": "random init" if settings.init is None else "before (as it came)"}
         if len(pre) >= 2 and len(rnd) >= 2:
             row["gain"], row["gain_se"] = gain(pre, rnd)
         rows.append(row)
@@ -365,7 +430,8 @@ def report_markdown(rows: Sequence[dict[str, Any]], ft: FinetuneSettings) -> str
                       acc, guesses, score, rnd, g, len(r["scores"])])
     return markdown_table(["budget", "CPU-h", "step", "tokens", "held-out MLM acc. (%)",
                            "fill-mask, first guesses", f"{ft.task} pre-trained",
-                           f"{ft.task} random init", "gain ± SE", "seeds"], table)
+                           f"{ft.task} {rows[0].get('baseline', 'random init') if rows else ''}",
+                           "gain ± SE", "seeds"], table)
 
 
 def plot_curve(rows: Sequence[dict[str, Any]], png: Path) -> Path | None:
@@ -383,7 +449,7 @@ def plot_curve(rows: Sequence[dict[str, Any]], png: Path) -> Path | None:
                        yerr=[2 * r["gain_se"] for r in scored], fmt="o-", capsize=3)
     right.axhline(0, color="grey", lw=0.8)
     right.set(xscale="log", xlabel="pre-training CPU-hours",
-              ylabel="gain over random init (points, ± 2 SE)")
+              ylabel=f"gain over {rows[0].get('baseline', 'random init')} (points, ± 2 SE)")
     for ax in (left, right):  # the budgets as plain numbers, not 3x10^-1 (log ticks overlap)
         ax.set_xticks(hours, [f"{h:.2g}" for h in hours])
         ax.minorticks_off()
@@ -392,24 +458,28 @@ def plot_curve(rows: Sequence[dict[str, Any]], png: Path) -> Path | None:
 
 
 CURVE_BEGIN, CURVE_END = "<!-- curve:begin -->", "<!-- curve:end -->"
+CONTINUED_BEGIN, CONTINUED_END = "<!-- continued:begin -->", "<!-- continued:end -->"
 
 
 def write_report(folder: Path, rows: Sequence[dict[str, Any]], ft: FinetuneSettings,
-                 status: Sequence[str]) -> Path:
-    """The table and the run's status into `folder/pretraining.md` between its curve markers
-    (the page's prose around them is kept), or into `folder/pretrain_curve.md` when there is
-    no such page."""
-    block = "\n".join([CURVE_BEGIN, "", report_markdown(rows, ft), "",
+                 status: Sequence[str],
+                 name: tuple[str, str, str] = ("pretrain_curve", CURVE_BEGIN, CURVE_END)
+                 ) -> Path:
+    """The table and the run's status into `folder/pretraining.md` between the markers of
+    `name` (`report_name`; the page's prose around them is kept), or into `folder/STEM.md`
+    when there is no such page."""
+    stem, begin, end = name
+    block = "\n".join([begin, "", report_markdown(rows, ft), "",
                        "Recorded points (`--status`):", "", *(f"- {line}" for line in status),
-                       "", CURVE_END])
+                       "", end])
     # the records behind the table, beside it: a later sitting on a machine that lost the work
     # folder still has them (and the settings and machines they were made with)
-    atomic_write_text(folder / "pretrain_curve.json", json.dumps(
+    atomic_write_text(folder / f"{stem}.json", json.dumps(
         {"rows": list(rows), "status": list(status)}, indent=1, default=str) + "\n")
     page = folder / "pretraining.md"
-    if page.is_file() and CURVE_BEGIN in (text := page.read_text(encoding="utf-8")):
-        head, _, rest = text.partition(CURVE_BEGIN)
-        if CURVE_END not in rest:
-            raise BertkitError(f"{page}: {CURVE_BEGIN} without {CURVE_END}")
-        return write_markdown(page, head + block + rest.partition(CURVE_END)[2])
-    return write_markdown(folder / "pretrain_curve.md", block)
+    if page.is_file() and begin in (text := page.read_text(encoding="utf-8")):
+        head, _, rest = text.partition(begin)
+        if end not in rest:
+            raise BertkitError(f"{page}: {begin} without {end}")
+        return write_markdown(page, head + block + rest.partition(end)[2])
+    return write_markdown(folder / f"{stem}.md", block)

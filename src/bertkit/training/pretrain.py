@@ -184,11 +184,13 @@ def model_class(objective: str) -> type[BertForPreTraining] | type[BertForMasked
 def build_model(cfg: PretrainConfig, config: BertConfig) -> BertForPreTraining | BertForMaskedLM:
     """The objective's model; `ltr`'s is causal (`BertModel.causal`), its batches plain."""
     cls = model_class(cfg.objective)
+    # the initial weights depend on the seed alone: a fresh model's, and with --init the heads
+    # the checkpoint lacks (all-MiniLM-L6-v2 has no MLM head)
+    torch.manual_seed(cfg.train.seed)
     if cfg.init is not None:
         model = cls.from_pretrained(cfg.init)  # heads the objective does not train are left out
         model.train()
     else:
-        torch.manual_seed(cfg.train.seed)  # the initial weights depend on the seed alone
         model = cls(config)
     model.bert.causal = cfg.objective == "ltr"
     return model
