@@ -167,17 +167,24 @@ def test_continued_pretraining_starts_from_the_model_and_compares_with_it(settin
 
     before, after = read_state_dict(init), read_state_dict(point)
     name = next(k for k in before if k.endswith("word_embeddings.weight"))
-    # a few steps at 1e-4 from the model: close to it; a fresh model would be ~0.03 away
-    assert (after[name] - before[name]).abs().max() < 0.01
+    # steps at 1e-4 from the model stay close to it: a fresh model of another seed would be
+    # about 0.023 away on average (two N(0, 0.02) draws)
+    assert (after[name] - before[name]).abs().mean() < 0.005
     assert not torch.equal(after[name], before[name])
     assert curve.baseline(cont) == curve.INIT and curve.baseline(settings) == curve.RANDOM
     assert curve.report_name(cont)[0] == "continued_pretraining"
 
 
 def test_a_tasks_training_text_without_labels_is_the_continued_corpus(shared_data, tmp_path):
+    from bertkit.data.corpus import CorpusStats, read_corpus
+
     [path] = curve.task_text("sst2", shared_data, tmp_path)
-    lines = open(path, encoding="utf-8").read().splitlines()
     train = (shared_data / "glue" / "SST-2" / "train.tsv").read_text(encoding="utf-8")
-    first = train.splitlines()[1].split("\t")[0]
-    assert lines[0] == " ".join(first.split()) and len(lines) == len(train.splitlines()) - 1
-    assert not any(line.endswith(("\t0", "\t1")) for line in lines)
+    rows = [line.split("\t")[0] for line in train.splitlines()[1:]]
+    docs = list(read_corpus([path], "google", CorpusStats()))
+    assert len(docs) == math.ceil(len(rows) / curve.DOC_LINES)  # documents to split and fill
+    first = docs[0].paragraphs
+    assert docs[0].presplit and first[0] == " ".join(rows[0].split())
+    assert len(first) == curve.DOC_LINES
+    assert sum(len(d.paragraphs) for d in docs) == len(rows)  # every text a sentence
+    assert not any("\t" in s for d in docs for s in d.paragraphs)  # no label column

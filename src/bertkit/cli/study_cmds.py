@@ -76,8 +76,9 @@ def run(args: argparse.Namespace) -> int:
                                f"({DEFAULT_WORK} holds the curve)")
         corpus = (curve.task_text(args.task_text, data_root(args.data), work) if args.task_text
                   else curve.corpus_files(data_root(args.data)))
+        fmt = {"corpus_format": "google"} if args.task_text else {}  # (curve.task_text)
         settings = curve.CurveSettings.continued(args.init, corpus, threads=args.threads,
-                                                 **given)
+                                                 **fmt, **given)
     else:
         settings = curve.CurveSettings(
             corpus=curve.corpus_files(data_root(args.data)), model=args.model,

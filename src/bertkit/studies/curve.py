@@ -88,6 +88,7 @@ class CurveSettings:
     # weights, and fine-tune it unchanged as the baseline instead of the random-init twin.
     # `vocab_size`, `model` and `dropout` are then the model's own.
     init: str | None = None
+    corpus_format: str = "auto"  # `prepare`'s --format (a task's text: "google", see task_text)
 
     def __post_init__(self) -> None:
         if not self.corpus:
@@ -126,9 +127,13 @@ def sitting(work: Path, part: str) -> AbstractContextManager[None]:
 
 def open_store(work: Path, settings: CurveSettings) -> ResultsStore:
     recorded = dataclasses.asdict(settings)
-    if recorded["init"] is None:  # a study begun before `init` existed recorded no such key
-        del recorded["init"]
+    for key, default in ADDED_LATER.items():  # a study begun before them recorded no such key
+        if recorded[key] == default:
+            del recorded[key]
     return ResultsStore(work / "study.json", recorded)
+
+
+ADDED_LATER = {"init": None, "corpus_format": "auto"}  # CurveSettings fields, at their defaults
 
 
 def baseline(settings: CurveSettings) -> str:
@@ -144,9 +149,14 @@ def report_name(settings: CurveSettings) -> tuple[str, str, str]:
     return "continued_pretraining", CONTINUED_BEGIN, CONTINUED_END
 
 
+DOC_LINES = 50
+
+
 def task_text(task: str, data: Path, work: Path) -> tuple[str, ...]:
-    """A task's training texts without their labels, one per line (a pair's two texts each on
-    a line), written once into the work folder: the corpus of task-adaptive pre-training.
+    """A task's training texts without their labels, written once into the work folder: the
+    corpus of task-adaptive pre-training, in Google's format (read it with corpus_format
+    "google": one text a line, as a sentence, a blank line after every `DOC_LINES`, so that
+    instances fill up with consecutive texts and the held-out split has chunks to take).
     Dev and test texts are never read, so the fine-tuning's evaluation stays unseen."""
     path = work / "corpus" / f"{task}-train.txt"
     if not path.is_file():
@@ -156,7 +166,9 @@ def task_text(task: str, data: Path, work: Path) -> tuple[str, ...]:
         examples = get_task(task).read(Path(files["train_file"]))
         lines = [t for e in examples for t in (e.text_a, getattr(e, "text_b", None)) if t]
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, "\n".join(" ".join(t.split()) for t in lines) + "\n")
+        texts = [" ".join(t.split()) for t in lines]
+        docs = ["\n".join(texts[i:i + DOC_LINES]) for i in range(0, len(texts), DOC_LINES)]
+        atomic_write_text(path, "\n\n".join(docs) + "\n")
     return (str(path),)
 
 
@@ -178,7 +190,8 @@ def prepare_data(settings: CurveSettings, work: Path, workers: int = 1) -> Path:
                             max_predictions_per_seq=default_max_predictions(
                                 t, settings.masked_lm_prob),
                             dynamic_masking=True, seed=settings.seed + 12345)
-        prepare(list(settings.corpus), tokenizer, shards, PrepareConfig(chunk), workers=workers,
+        prepare(list(settings.corpus), tokenizer, shards,
+                PrepareConfig(chunk, format=settings.corpus_format), workers=workers,
                 resume=True, progress=False)
     return shards
 
