@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import time
 from pathlib import Path
 
 from bertkit.metrics import mean_std
@@ -50,6 +51,8 @@ def collect(work: Path, log: RunLog) -> int:
     new = 0
     for path in sorted(work.glob("*/*-seed*/results.json")):
         rec = record(json.loads(path.read_text(encoding="utf-8")))
+        # when the run ended (its results.json), not when it was collected
+        rec["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(path.stat().st_mtime))
         if rec["key"] not in known:
             log.append(rec)
             known.add(rec["key"])
@@ -113,8 +116,9 @@ def table(records: list[dict]) -> list[str]:
                 f"{_cell(without)} | {_of(without, teacher)} | {_paired(mine)} | "
                 f"{(sum(speed) / len(speed)) if speed else float('nan'):.2f}x |")
     if records:
-        lines += ["", f"Machine: {machine_name(records[-1])}; {records[0]['date']} to "
-                      f"{records[-1]['date']}."]
+        dates = sorted(r["date"] for r in records)
+        lines += ["", f"Machine: {machine_name(records[-1])}; runs ended {dates[0]} to "
+                      f"{dates[-1]}."]
     return lines
 
 
