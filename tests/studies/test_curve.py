@@ -3,6 +3,7 @@ that stop and continue, the lock, the gain's standard error, the report."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -188,3 +189,42 @@ def test_a_tasks_training_text_without_labels_is_the_continued_corpus(shared_dat
     assert len(first) == curve.DOC_LINES
     assert sum(len(d.paragraphs) for d in docs) == len(rows)  # every text a sentence
     assert not any("\t" in s for d in docs for s in d.paragraphs)  # no label column
+
+
+def test_whole_task_rows_live_in_records_of_their_own(tmp_path):
+    settings = curve.CurveSettings(corpus=("x",), budgets_hours=(0.5, 1.0))
+    store = curve.open_store(tmp_path, settings)
+    store.put_pretrain("0.5h", {"hours": 0.5, "step": 90, "tokens_seen": 1_500_000,
+                                "cpu_seconds": 1800.0, "eval_mlm_acc": 0.25})
+    ft = curve.FinetuneSettings.whole("mrpc")
+    cells = curve.open_cells(tmp_path, ft)
+    for seed, (pre, rnd) in enumerate([(85.0, 80.0), (87.0, 82.0)]):
+        cells.put(cells.key("0.5h", "mrpc", seed), {"score": pre})
+        cells.put(cells.key(curve.RANDOM, "mrpc", seed), {"score": rnd})
+    assert ft.train_examples is None and cells.path.name == "cells-mrpc.json"
+    assert curve.open_cells(tmp_path, curve.FinetuneSettings()).path.name == "cells.json"
+    rows = curve.task_rows(store, settings, tmp_path)
+    assert [(r["task"], r["budget"], r["metric"]) for r in rows] == [("mrpc", "0.5h", "f1")]
+    assert rows[0]["gain"] == pytest.approx(5.0)
+    curve.write_report(tmp_path, [], curve.FinetuneSettings(), [], tasks=rows)
+    text = (tmp_path / "pretrain_curve.md").read_text()
+    assert "| 0.5h | 1.5M | mrpc | f1 | 86.0 ± 1.4 | 81.0 ± 1.4 | +5.0 ± 1.4 | 2 / 2 |" in text
+    assert json.loads((tmp_path / "pretrain_curve.json").read_text())["tasks"][0]["task"] == "mrpc"
+    with pytest.raises(BertkitError, match="no budget 3h"):  # before any work is done
+        curve.finetune_points(store, cells, settings, ft, tmp_path, tmp_path, points=["3h"])
+
+
+def test_a_bf16_curve_is_a_second_curve(tmp_path):
+    fp32 = curve.CurveSettings(corpus=("x",))
+    bf16 = dataclasses.replace(fp32, precision="bf16")
+    assert curve.report_name(fp32) == ("pretrain_curve", curve.CURVE_BEGIN, curve.CURVE_END)
+    assert curve.report_name(bf16) == ("pretrain_curve_bf16", "<!-- curve-bf16:begin -->",
+                                       "<!-- curve-bf16:end -->")
+    assert curve.run_config(bf16, tmp_path, tmp_path / "run", 10).train.precision == "bf16"
+    curve.open_store(tmp_path, fp32).put_pretrain("horizon", {"steps": 1})
+    # the fp32 curve's records keep the shape they had before the field existed
+    assert "precision" not in json.loads((tmp_path / "study.json").read_text())["settings"]
+    with pytest.raises(BertkitError, match="other settings"):
+        curve.open_store(tmp_path, bf16)
+    with pytest.raises(BertkitError, match="precision"):  # "auto" would differ by machine
+        curve.CurveSettings(corpus=("x",), precision="auto")

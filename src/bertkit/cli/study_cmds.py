@@ -15,7 +15,7 @@ from bertkit.studies import curve
 log = logging.getLogger(__name__)
 
 DEFAULTS = curve.CurveSettings(corpus=("-",))  # the defaults, defined once in the library
-DEFAULT_WORK = Path("../bertkit-studies/pretrain-curve")
+DEFAULT_WORK = Path("../bertkit-studies/pretrain-curve")  # (+ "-bf16" for --precision bf16)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,9 +26,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "book text, exported at budgets of its own CPU-hours, each point fine-tuned against the "
         "same architecture from random initialization (docs/pretraining.md).")
     p.add_argument("name", choices=("pretrain-curve",))
-    p.add_argument("--work", type=Path, default=DEFAULT_WORK,
+    p.add_argument("--work", type=Path, default=None,
                    metavar="DIR", help="the study's folder: data, the run, the points, study.json "
-                   "(outside the checkout, so that a new checkout keeps it)")
+                   f"(default: {DEFAULT_WORK}, -bf16 added for --precision bf16; outside the "
+                   "checkout, though a new machine may not keep it: --report docs keeps the "
+                   "records)")
     p.add_argument("--data", type=Path, default=None, metavar="DIR",
                    help="folder with books/, gutenberg/, wikitext-2/, glue/ (default: "
                    "$BERTKIT_DATA, else ../shared/data)")
@@ -38,6 +40,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--finetune", action="store_true",
                    help="fine-tune the recorded points (and the random-init twin) instead of "
                    "pre-training; run it beside a pre-training sitting (its own lock and file)")
+    p.add_argument("--finetune-task", choices=curve.WHOLE_TASKS, default=None, metavar="TASK",
+                   help="with --finetune: fine-tune on TASK's whole training set (one of "
+                   f"{', '.join(curve.WHOLE_TASKS)}) instead of the SST-2 subset: the rows at the "
+                   "budgets that matter (choose them with --points); its own records and lock, "
+                   "so it runs beside the subset's sitting")
+    p.add_argument("--points", default=None, metavar="LIST",
+                   help="with --finetune: only these budgets, e.g. 1h,2h (default: every "
+                   "recorded one)")
     p.add_argument("--report", type=Path, default=None, metavar="DIR",
                    help="write DIR/pretrain_curve.md (the table) and DIR/pretrain_curve.png "
                    "from what is recorded, and stop")
@@ -56,13 +66,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"(default: {DEFAULTS.batch_size}; with --init 32)")
     p.add_argument("--lr", type=float, default=None, help=f"(default: {DEFAULTS.lr:g}; "
                    "with --init 1e-4)")
+    p.add_argument("--precision", choices=curve.PRECISIONS, default=DEFAULTS.precision,
+                   help="the pre-training's arithmetic, fixed for the study (fine-tuning stays "
+                   "fp32): bf16 autocast halves a step's CPU seconds on a CPU with AMX, and "
+                   "makes a second curve (its own --work and report) beside the fp32 one")
     p.add_argument("--threads", type=int, default=DEFAULTS.threads,
                    help="torch threads for the pre-training")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    work, ft = args.work, curve.FinetuneSettings()
+    if (args.finetune_task or args.points) and not args.finetune:
+        raise BertkitError("--finetune-task and --points choose what --finetune fine-tunes: "
+                           "give --finetune too")
+    ft = (curve.FinetuneSettings.whole(args.finetune_task) if args.finetune_task else
+          curve.FinetuneSettings())
+    work = args.work
     given = {k: v for k, v in (("batch_size", args.batch_size), ("lr", args.lr))
              if v is not None}
     if args.task_text and not args.init:
@@ -71,18 +90,22 @@ def run(args: argparse.Namespace) -> int:
         if args.model != DEFAULTS.model or args.vocab_size != DEFAULTS.vocab_size:
             raise BertkitError("--init: the model's own shape and vocabulary are used; "
                                "drop --model / --vocab-size")
-        if work == DEFAULT_WORK:
+        if work is None:
             raise BertkitError("--init: give the continued study a --work folder of its own "
                                f"({DEFAULT_WORK} holds the curve)")
         corpus = (curve.task_text(args.task_text, data_root(args.data), work) if args.task_text
                   else curve.corpus_files(data_root(args.data)))
         fmt = {"corpus_format": "google"} if args.task_text else {}  # (curve.task_text)
         settings = curve.CurveSettings.continued(args.init, corpus, threads=args.threads,
-                                                 **fmt, **given)
+                                                 precision=args.precision, **fmt, **given)
     else:
         settings = curve.CurveSettings(
             corpus=curve.corpus_files(data_root(args.data)), model=args.model,
-            vocab_size=args.vocab_size, threads=args.threads, **given)
+            vocab_size=args.vocab_size, threads=args.threads, precision=args.precision,
+            **given)
+        if work is None:
+            suffix = "" if args.precision == DEFAULTS.precision else f"-{args.precision}"
+            work = DEFAULT_WORK.with_name(DEFAULT_WORK.name + suffix)
     if args.status or args.report:
         store = curve.open_store(work, settings)
         print("\n".join(curve.status_lines(store)) or f"{work}: nothing recorded yet")
@@ -94,14 +117,16 @@ def run(args: argparse.Namespace) -> int:
             name = curve.report_name(settings)
             png = args.report / f"{name[0]}.png"
             curve.plot_curve(rows, png)
-            page = curve.write_report(args.report, rows, ft, curve.status_lines(store), name)
+            page = curve.write_report(args.report, rows, ft, curve.status_lines(store), name,
+                                      curve.task_rows(store, settings, work))
             print(f"wrote {page} and {png}")
         return 0
     if args.finetune:
-        with curve.sitting(work, "finetune"):
+        points = [p.strip() for p in args.points.split(",")] if args.points else None
+        with curve.sitting(work, "-".join(filter(None, ("finetune", ft.name)))):
             torch.set_num_threads(settings.threads)
             curve.finetune_points(curve.open_store(work, settings), curve.open_cells(work, ft),
-                                  settings, ft, work, data_root(args.data))
+                                  settings, ft, work, data_root(args.data), points)
         return 0
     with curve.sitting(work, "pretrain"):
         store = curve.open_store(work, settings)

@@ -181,8 +181,10 @@ def task_files(task: str, data_root: str | Path) -> tuple[dict[str, Any], str]:
     data download`'s `glue-sst-2/SST-2/`): the FinetuneConfig fields (train/dev files, or
     `split_dev` for SQuAD v1.1 without a train file, by the fine-tuning rule) and a note."""
     root, t = Path(data_root), get_task(task)
+    spec = getattr(t, "spec", None)  # a GLUE task's (CoNLL-2003 and others have their own folder)
     folders = ([root / "squad", root / task, root] if task.startswith("squad") else
-               [root / "glue", root / f"glue-{t.spec.folder.lower()}", root])
+               [root / "glue", root / f"glue-{spec.folder.lower()}", root] if spec else
+               [root / task, root])
     for folder in folders:
         train, dev = t.find_file(folder, "train"), t.find_file(folder, "dev")
         if train.is_file() and dev.is_file():

@@ -63,6 +63,7 @@ from bertkit.training.state import RESUME_AUTO, saved_cost
 log = logging.getLogger(__name__)
 
 HOUR = 3600.0
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,11 @@ class CurveSettings:
     # `vocab_size`, `model` and `dropout` are then the model's own.
     init: str | None = None
     corpus_format: str = "auto"  # `prepare`'s --format (a task's text: "google", see task_text)
+    # The pre-training's precision, fixed for the run (never "auto": a sitting on another CPU
+    # class continues with the same arithmetic). bf16 autocast halves a step's CPU seconds where
+    # the CPU multiplies bf16 natively (AMX: docs/pretraining.md), so a budget holds twice the
+    # tokens; fine-tuning stays fp32 either way.
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         if not self.corpus:
@@ -96,6 +102,9 @@ class CurveSettings:
         budgets = list(self.budgets_hours)
         if not budgets or budgets != sorted(set(budgets)) or budgets[0] <= 0:
             raise BertkitError(f"budgets must be increasing and > 0, got {self.budgets_hours}")
+        if self.precision not in PRECISIONS:
+            raise BertkitError(f"the curve's precision is one of {', '.join(PRECISIONS)}, "
+                               f"got {self.precision!r}")
 
     @property
     def horizon_seconds(self) -> float:
@@ -133,7 +142,8 @@ def open_store(work: Path, settings: CurveSettings) -> ResultsStore:
     return ResultsStore(work / "study.json", recorded)
 
 
-ADDED_LATER = {"init": None, "corpus_format": "auto"}  # CurveSettings fields, at their defaults
+# CurveSettings fields, at their defaults
+ADDED_LATER = {"init": None, "corpus_format": "auto", "precision": "fp32"}
 
 
 def baseline(settings: CurveSettings) -> str:
@@ -144,9 +154,12 @@ def baseline(settings: CurveSettings) -> str:
 def report_name(settings: CurveSettings) -> tuple[str, str, str]:
     """Where `--report` writes: the files' stem and the page's markers (the curve, or
     continued pre-training: one page, two tables)."""
-    if settings.init is None:
-        return "pretrain_curve", CURVE_BEGIN, CURVE_END
-    return "continued_pretraining", CONTINUED_BEGIN, CONTINUED_END
+    if settings.init is not None:
+        return "continued_pretraining", CONTINUED_BEGIN, CONTINUED_END
+    if settings.precision != "fp32":  # a second curve beside the first (same recipe otherwise)
+        tag = settings.precision
+        return f"pretrain_curve_{tag}", f"<!-- curve-{tag}:begin -->", f"<!-- curve-{tag}:end -->"
+    return "pretrain_curve", CURVE_BEGIN, CURVE_END
 
 
 DOC_LINES = 50
@@ -212,7 +225,7 @@ def run_config(settings: CurveSettings, work: Path, run: Path, max_steps: int,
     checkpoint, started when it holds none: `--resume auto`)."""
     train = pretrain_train_config(
         str(run), max_steps=max_steps, batch_size=settings.batch_size, lr=settings.lr,
-        warmup_ratio=settings.warmup_ratio, seed=settings.seed, precision="fp32",
+        warmup_ratio=settings.warmup_ratio, seed=settings.seed, precision=settings.precision,
         log_every=log_every, save_every=save_every, keep=1, eval_every=0, progress=False,
         resume=RESUME_AUTO, stop_at_cpu_seconds=stop_at)
     shape = ({"init": settings.init} if settings.init is not None else
@@ -254,7 +267,8 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
 
     arch = architecture(settings, BertTokenizer.from_pretrained(work / "vocab").vocab_size)
     steps = horizon_steps(store, settings, work, arch)
-    arch.save(pipeline.architecture_file(work / "run"))
+    if settings.init is None:  # (with --init the run takes the model's own config)
+        arch.save(pipeline.architecture_file(work / "run"))
     spent = 0.0
     for hours in settings.budgets_hours:
         label = budget_label(hours)
@@ -321,11 +335,26 @@ class FinetuneSettings:
     model at the best rate of its own grid, chosen on a selection seed that is not reported."""
 
     task: str = "sst2"
-    train_examples: int = 2000
+    train_examples: int | None = 2000  # None: the task's whole training set
     epochs: float = 3.0
     lr_grid: tuple[float, ...] = (1e-4, 3e-4, 1e-3)
     seeds: int = 5  # reported seeds 0..seeds-1
     selection_seed: int = 100
+
+    @classmethod
+    def whole(cls, task: str) -> FinetuneSettings:
+        """`task`'s whole training set, otherwise the same recipe: the rows at the budgets that
+        matter (SST-2, MRPC, STS-B, CoNLL-2003)."""
+        return cls(task=task, train_examples=None)
+
+    @property
+    def name(self) -> str:
+        """The settings' records (`cells.json` for the SST-2 subset, `cells-TASK.json` for a
+        whole task), their sitting and their run folders are named after this."""
+        return "" if self.train_examples is not None else self.task
+
+
+WHOLE_TASKS = ("sst2", "mrpc", "stsb", "conll2003")
 
 
 RANDOM = "random"  # the variant name of the same architecture, never pre-trained
@@ -335,7 +364,8 @@ INIT = "init"  # continued pre-training's baseline: the --init model as it came
 def open_cells(work: Path, settings: FinetuneSettings) -> ResultsStore:
     """The fine-tuning records: a store of their own, so that the fine-tuning sitting and the
     pre-training sitting each write only their own file."""
-    return ResultsStore(work / "cells.json", dataclasses.asdict(settings))
+    suffix = f"-{settings.name}" if settings.name else ""
+    return ResultsStore(work / f"cells{suffix}.json", dataclasses.asdict(settings))
 
 
 def grid_variant(variant: str, lr: float) -> str:
@@ -352,10 +382,15 @@ def selected_lr(cells: ResultsStore, ft: FinetuneSettings, variant: str) -> floa
 
 
 def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSettings,
-                    ft: FinetuneSettings, work: Path, data: Path) -> None:
-    """Fine-tune the random-init twin and every recorded point not yet done: the lr grid on
-    the selection seed, then the reported seeds at the chosen rate."""
+                    ft: FinetuneSettings, work: Path, data: Path,
+                    points: Sequence[str] | None = None) -> None:
+    """Fine-tune the random-init twin and every recorded point not yet done (of `points`, when
+    given): the lr grid on the selection seed, then the reported seeds at the chosen rate."""
 
+    labels = [budget_label(h) for h in settings.budgets_hours]
+    unknown = sorted(set(points or ()) - set(labels))
+    if unknown:
+        raise BertkitError(f"no budget {', '.join(unknown)} in this study ({', '.join(labels)})")
     tokenizer = BertTokenizer.from_pretrained(work / "vocab")
     if settings.init is not None:
         models = {INIT: Path(settings.init)}
@@ -363,8 +398,8 @@ def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSet
         models = {RANDOM: pipeline.random_init(architecture(settings, tokenizer.vocab_size),
                                                tokenizer, work / "points" / RANDOM,
                                                seed=settings.seed)}
-    for label in (budget_label(h) for h in settings.budgets_hours):
-        if store.pretrain_info(label) is not None:
+    for label in labels:
+        if store.pretrain_info(label) is not None and (points is None or label in points):
             models[label] = work / "points" / label
     files, _ = task_files(ft.task, data)
     recipe = FinetuneConfig(ft.task, "", "", train=finetune_train_config(precision="fp32",
@@ -375,7 +410,7 @@ def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSet
         key = cells.key(variant, ft.task, seed)
         if cells.has(key):
             return
-        folder = work / "cells" / f"{variant}-s{seed}"
+        folder = work / "cells" / "-".join(filter(None, (ft.name, variant, f"s{seed}")))
         record = pipeline.finetune_cell(recipe.with_run("", lr=lr), model_dir, ft.task, folder,
                                         seed)
         shutil.rmtree(folder, ignore_errors=True)
@@ -447,6 +482,31 @@ def report_markdown(rows: Sequence[dict[str, Any]], ft: FinetuneSettings) -> str
                            "gain ± SE", "seeds"], table)
 
 
+def task_rows(store: ResultsStore, settings: CurveSettings, work: Path) -> list[dict[str, Any]]:
+    """The whole-task rows recorded (`FinetuneSettings.whole`): one per task and point with
+    scores, in the curve's row format plus the task and its metric."""
+    rows = []
+    for task in WHOLE_TASKS:
+        ft = FinetuneSettings.whole(task)
+        if not (work / f"cells-{ft.name}.json").is_file():
+            continue
+        for row in curve_rows(store, open_cells(work, ft), settings, ft):
+            if row["scores"]:
+                rows.append({**row, "task": task, "metric": get_task(task).main_metric})
+    return rows
+
+
+def task_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    table = [[r["budget"], f"{r['tokens'] / 1e6:.1f}M", r["task"], r["metric"],
+              format_mean_std(r["scores"], scale=1.0),
+              format_mean_std(r["random"], scale=1.0) if r["random"] else "—",
+              f"{r['gain']:+.1f} ± {r['gain_se']:.1f}" if "gain" in r else "—",
+              f"{len(r['scores'])} / {len(r['random'])}"] for r in rows]
+    baseline_name = rows[0]["baseline"] if rows else "random init"
+    return markdown_table(["budget", "tokens", "task (whole training set)", "dev metric",
+                           "pre-trained", baseline_name, "gain ± SE", "seeds"], table)
+
+
 def plot_curve(rows: Sequence[dict[str, Any]], png: Path) -> Path | None:
     """MLM accuracy and the fine-tuning gain against CPU-hours (log scale), one PNG."""
     plt = pyplot()
@@ -476,19 +536,22 @@ CONTINUED_BEGIN, CONTINUED_END = "<!-- continued:begin -->", "<!-- continued:end
 
 def write_report(folder: Path, rows: Sequence[dict[str, Any]], ft: FinetuneSettings,
                  status: Sequence[str],
-                 name: tuple[str, str, str] = ("pretrain_curve", CURVE_BEGIN, CURVE_END)
-                 ) -> Path:
-    """The table and the run's status into `folder/pretraining.md` between the markers of
-    `name` (`report_name`; the page's prose around them is kept), or into `folder/STEM.md`
-    when there is no such page."""
+                 name: tuple[str, str, str] = ("pretrain_curve", CURVE_BEGIN, CURVE_END),
+                 tasks: Sequence[dict[str, Any]] = ()) -> Path:
+    """The table (and the whole-task rows, `task_rows`, if any) and the run's status into
+    `folder/pretraining.md` between the markers of `name` (`report_name`; the page's prose
+    around them is kept), or into `folder/STEM.md` when there is no such page."""
     stem, begin, end = name
-    block = "\n".join([begin, "", report_markdown(rows, ft), "",
+    whole = ["Whole tasks, at the budgets fine-tuned on them (`--finetune-task`):", "",
+             task_markdown(tasks), ""] if tasks else []
+    block = "\n".join([begin, "", report_markdown(rows, ft), "", *whole,
                        "Recorded points (`--status`):", "", *(f"- {line}" for line in status),
                        "", end])
     # the records behind the table, beside it: a later sitting on a machine that lost the work
     # folder still has them (and the settings and machines they were made with)
     atomic_write_text(folder / f"{stem}.json", json.dumps(
-        {"rows": list(rows), "status": list(status)}, indent=1, default=str) + "\n")
+        {"rows": list(rows), "tasks": list(tasks), "status": list(status)}, indent=1,
+        default=str) + "\n")
     page = folder / "pretraining.md"
     if page.is_file() and begin in (text := page.read_text(encoding="utf-8")):
         head, _, rest = text.partition(begin)
