@@ -4,6 +4,9 @@
 Three timings, each fp32 and bf16 interleaved round by round, median of the rounds:
 - train: one fine-tuning step of MiniLM-L6-H384 (forward + backward + AdamW) on a batch of 32
   sequences of `--train-len` tokens (all real);
+- pretrain: one pre-training step of the pre-training curve's recipe (`mini`, 4 x 256, 8,192
+  vocabulary, batch 128 x 128 tokens, MLM at 20 masked positions a sequence, dropout 0, AdamW):
+  what `bertkit study pretrain-curve --precision bf16` buys per CPU-second;
 - encoder: `bertkit.inference.Encoder.encode` of 256 SST-2-like sentences (packed path);
 - gemm: one 4096x384 @ 384x1536 matmul (the FFN's up-projection at B*T = 4096).
 
@@ -63,6 +66,28 @@ def train_step(model_dir: str, length: int, bf16: bool) -> Callable[[], object]:
     return step
 
 
+def pretrain_step(bf16: bool) -> Callable[[], object]:
+    from bertkit.config import BertConfig
+    from bertkit.heads import BertForPreTraining
+
+    torch.manual_seed(0)
+    config = BertConfig.preset("mini", vocab_size=8192, hidden_dropout_prob=0.0,
+                               attention_probs_dropout_prob=0.0)
+    model = BertForPreTraining(config).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(5, 8192, (128, 128))
+    positions, targets = torch.randint(1, 128, (128, 20)), torch.randint(5, 8192, (128, 20))
+
+    def step():
+        with autocast(bf16):
+            loss = model(ids, masked_lm_positions=positions, masked_lm_ids=targets).mlm_loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
 def encoder_run(model_dir: str, precision: str, n: int) -> Callable[[], object]:
     from bertkit.inference import Encoder
 
@@ -99,6 +124,7 @@ def main() -> None:
         "gemm 4096x384x1536 x20": {p: gemm(p == "bf16") for p in ("fp32", "bf16")},
         f"train step MiniLM B=32 T={args.train_len}": {
             p: train_step(model_dir, args.train_len, p == "bf16") for p in ("fp32", "bf16")},
+        "pretrain step mini B=128 T=128": {p: pretrain_step(p == "bf16") for p in ("fp32", "bf16")},
         "Encoder.encode MiniLM 256 texts": {
             p: encoder_run(model_dir, p, 64 if args.quick else 256) for p in ("fp32", "bf16")},
     }

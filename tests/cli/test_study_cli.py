@@ -1,0 +1,34 @@
+"""`bertkit study pretrain-curve`'s options: what they refuse before any work starts, and the
+second (bf16) curve's default folder."""
+
+import pytest
+
+from bertkit.cli.main import main
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--finetune-task", "mrpc"], "give --finetune too"),
+    (["--points", "1h"], "give --finetune too"),
+    (["--task-text", "sst2"], "give --init MODEL too"),
+])
+def test_options_that_need_another_are_refused(shared_data, tmp_path, capsys, args, says):
+    work = tmp_path / "work"
+    assert main(["study", "pretrain-curve", "--data", str(shared_data), "--work", str(work),
+                 *args]) == 1
+    assert says in capsys.readouterr().err and not work.exists()
+
+
+def test_an_unknown_budget_is_refused(shared_data, tmp_path, capsys):
+    work = tmp_path / "work"
+    assert main(["study", "pretrain-curve", "--data", str(shared_data), "--work", str(work),
+                 "--finetune", "--finetune-task", "mrpc", "--points", "1h,3h"]) == 1
+    assert "no budget 3h" in capsys.readouterr().err
+
+
+def test_the_bf16_curve_has_a_folder_of_its_own(shared_data, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "repo").mkdir()
+    monkeypatch.chdir(tmp_path / "repo")
+    assert main(["study", "pretrain-curve", "--data", str(shared_data), "--precision", "bf16",
+                 "--status"]) == 0
+    assert "pretrain-curve-bf16: nothing recorded yet" in capsys.readouterr().out
