@@ -128,19 +128,28 @@ def test_report_rewrites_only_the_block_between_the_markers(tmp_path):
         curve.write_report(tmp_path, rows, curve.FinetuneSettings(), [])
 
 
-def test_the_demo_report_states_what_the_curve_measured(tmp_path):
+def test_the_demo_report_states_what_the_curves_measured(tmp_path):
     from bertkit.studies.demo_report import curve_lines
 
-    record = tmp_path / "pretrain_curve.json"
-    assert "not found" in curve_lines(record)[0]
+    fp32, bf16 = tmp_path / "pretrain_curve.json", tmp_path / "pretrain_curve_bf16.json"
+    assert "not found" in curve_lines([fp32, bf16])[0]
     rows = [{"budget": "1h", "tokens": 2e6, "mlm_acc": 0.1, "gain": -1.0, "gain_se": 1.0},
             {"budget": "4h", "tokens": 8e6, "mlm_acc": 0.3, "gain": 3.0, "gain_se": 1.0}]
-    record.write_text(json.dumps({"rows": rows[:1], "status": []}))
-    assert curve_lines(record)[-1].startswith("No budget measured so far (up to 1h) pays")
-    record.write_text(json.dumps({"rows": rows, "status": []}))
-    lines = curve_lines(record)
-    assert lines[-1] == "Own pre-training first paid at 4h of CPU (+3.0 ± 1.0 points)."
-    assert "| 4h | 8.0M | 30.0% | +3.0 ± 1.0 |" in lines[2]  # the table
+    fp32.write_text(json.dumps({"rows": rows[:1], "status": []}))  # (no settings: an old record)
+    assert curve_lines([fp32, bf16])[-1].startswith(
+        "No budget measured so far (up to 2.0M tokens) pays")
+    fp32.write_text(json.dumps({"rows": rows, "status": []}))
+    lines = curve_lines([fp32, bf16])
+    assert lines[-1] == "Own pre-training first paid at 8.0M tokens (4h of CPU, fp32): +3.0 ± 1.0 points."
+    assert "| 8.0M | fp32 | 4h | 30.0% | +3.0 ± 1.0 |" in lines[2]  # the table
+    # a bf16 curve's rows join by tokens seen; the first paying row is the fewest tokens
+    bf16_rows = [{"budget": "2h", "tokens": 5e6, "mlm_acc": 0.25, "gain": 2.5, "gain_se": 1.0}]
+    bf16.write_text(json.dumps({"settings": {"precision": "bf16"}, "rows": bf16_rows}))
+    lines = curve_lines([fp32, bf16])
+    assert lines[-1].startswith("Own pre-training first paid at 5.0M tokens (2h of CPU, bf16)")
+    assert lines[2].splitlines()[2:] == ["| 2.0M | fp32 | 1h | 10.0% | -1.0 ± 1.0 |",
+                                         "| 5.0M | bf16 | 2h | 25.0% | +2.5 ± 1.0 |",
+                                         "| 8.0M | fp32 | 4h | 30.0% | +3.0 ± 1.0 |"]
 
 
 def test_continued_pretraining_starts_from_the_model_and_compares_with_it(settings, tmp_path):

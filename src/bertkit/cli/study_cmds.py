@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             png = args.report / f"{name[0]}.png"
             curve.plot_curve(rows, png)
             page = curve.write_report(args.report, rows, ft, curve.status_lines(store), name,
-                                      curve.task_rows(store, settings, work))
+                                      curve.task_rows(store, settings, work), settings)
             print(f"wrote {page} and {png}")
         return 0
     if args.finetune:

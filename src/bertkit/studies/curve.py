@@ -537,7 +537,8 @@ CONTINUED_BEGIN, CONTINUED_END = "<!-- continued:begin -->", "<!-- continued:end
 def write_report(folder: Path, rows: Sequence[dict[str, Any]], ft: FinetuneSettings,
                  status: Sequence[str],
                  name: tuple[str, str, str] = ("pretrain_curve", CURVE_BEGIN, CURVE_END),
-                 tasks: Sequence[dict[str, Any]] = ()) -> Path:
+                 tasks: Sequence[dict[str, Any]] = (),
+                 settings: CurveSettings | None = None) -> Path:
     """The table (and the whole-task rows, `task_rows`, if any) and the run's status into
     `folder/pretraining.md` between the markers of `name` (`report_name`; the page's prose
     around them is kept), or into `folder/STEM.md` when there is no such page."""
@@ -548,9 +549,10 @@ def write_report(folder: Path, rows: Sequence[dict[str, Any]], ft: FinetuneSetti
                        "Recorded points (`--status`):", "", *(f"- {line}" for line in status),
                        "", end])
     # the records behind the table, beside it: a later sitting on a machine that lost the work
-    # folder still has them (and the settings and machines they were made with)
+    # folder still has them (and the settings they were made with)
+    recipe = {"settings": dataclasses.asdict(settings)} if settings else {}
     atomic_write_text(folder / f"{stem}.json", json.dumps(
-        {"rows": list(rows), "tasks": list(tasks), "status": list(status)}, indent=1,
+        {**recipe, "rows": list(rows), "tasks": list(tasks), "status": list(status)}, indent=1,
         default=str) + "\n")
     page = folder / "pretraining.md"
     if page.is_file() and begin in (text := page.read_text(encoding="utf-8")):

@@ -97,9 +97,11 @@ class DemoConfig:
     reference_random_lr: tuple[float, ...] = (3e-4,)
     reference_random_epochs: float = 3.0
     no_progress: bool = False
-    # the pre-training study's records (`bertkit study pretrain-curve --report docs`): the report
-    # puts the measured budget curve beside this run's one point; None or a missing file: omitted
-    curve_record: Path | None = Path("docs/pretrain_curve.json")
+    # the pre-training study's records (`bertkit study pretrain-curve --report docs`, the fp32
+    # curve and the bf16 one): the report puts the measured budget curves beside this run's one
+    # point; missing files are omitted
+    curve_records: tuple[Path, ...] = (Path("docs/pretrain_curve.json"),
+                                       Path("docs/pretrain_curve_bf16.json"))
 
     def __post_init__(self) -> None:
         if self.budget_minutes <= 0 or self.seeds < 1 or self.train_examples < 1:

@@ -5,6 +5,7 @@ compares fine-tuned models, with the recipe of each stated."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,29 +81,39 @@ def probe_lines(rows: list[LayerDrift] | None) -> list[str]:
             "context separates the senses layer by layer."]
 
 
-def curve_lines(record: Path | None) -> list[str]:
-    """What the pre-training study measured (its committed records), beside this run's single
-    point: the budget at which own pre-training starts to pay, or that none has yet."""
-    if record is None or not record.is_file():
+def curve_lines(records: Sequence[Path]) -> list[str]:
+    """What the pre-training study measured (its committed records: one file a curve), beside
+    this run's single point: the first budget at which own pre-training paid, or that none has
+    yet. Rows of all curves by tokens seen (the curves differ in CPU seconds a step)."""
+    rows = []
+    for record in records:
+        if record.is_file():
+            data = json.loads(record.read_text(encoding="utf-8"))
+            precision = data.get("settings", {}).get("precision", "fp32")  # (older records)
+            rows += [{**r, "precision": precision} for r in data["rows"]]
+    if not rows:
         return ["(the pre-training study's records were not found: `bertkit study "
                 "pretrain-curve`, docs/pretraining.md)"]
-    rows = json.loads(record.read_text(encoding="utf-8"))["rows"]
+    rows.sort(key=lambda r: r["tokens"])
     table = markdown_table(
-        ["budget (CPU-hours)", "tokens", "held-out MLM acc.", "SST-2 gain over random init"],
-        [(r["budget"], f"{r['tokens'] / 1e6:.1f}M",
+        ["tokens", "run (arithmetic)", "budget (CPU-hours)", "held-out MLM acc.",
+         "SST-2 gain over random init"],
+        [(f"{r['tokens'] / 1e6:.1f}M", r["precision"], r["budget"],
           "—" if r.get("mlm_acc") is None else f"{100 * r['mlm_acc']:.1f}%",
           f"{r['gain']:+.1f} ± {r['gain_se']:.1f}" if "gain" in r else "—") for r in rows])
     paying = [r for r in rows if "gain" in r and r["gain"] > 2 * r["gain_se"]]
-    verdict = (f"Own pre-training first paid at {paying[0]['budget']} of CPU "
-               f"({paying[0]['gain']:+.1f} ± {paying[0]['gain_se']:.1f} points)."
-               if paying else
-               f"No budget measured so far (up to {rows[-1]['budget'] if rows else 'none'}) "
+    first = paying[0] if paying else None
+    verdict = (f"Own pre-training first paid at {first['tokens'] / 1e6:.1f}M tokens "
+               f"({first['budget']} of CPU, {first['precision']}): "
+               f"{first['gain']:+.1f} ± {first['gain_se']:.1f} points." if first else
+               f"No budget measured so far (up to {rows[-1]['tokens'] / 1e6:.1f}M tokens) "
                "pays by more than 2 standard errors: own pre-training needs more CPU-hours here "
                "than the study has spent.")
-    return [f"`bertkit study pretrain-curve` (docs/pretraining.md; {record}) pre-trains one "
-            "`mini` BERT on the book text for CPU-hours, across sittings, and fine-tunes each "
-            "budget's model and its random-init twin on this SST-2 subset (5 seeds each, each "
-            "at the best rate of its own grid):", "", table, "", verdict]
+    return [f"`bertkit study pretrain-curve` (docs/pretraining.md; "
+            f"{', '.join(str(r) for r in records)}) pre-trains one `mini` BERT on the book text "
+            "for CPU-hours, across sittings, and fine-tunes each budget's model and its "
+            "random-init twin on this SST-2 subset (5 seeds each, each at the best rate of its "
+            "own grid):", "", table, "", verdict]
 
 
 @dataclass
@@ -156,7 +167,7 @@ def write_demo_report(args: DemoConfig, out: Path, store: ResultsStore, learned:
         *rows, "", *(f"- {v}" for v in verdicts), "",
         *([f"![SST-2]({bars.name})", ""] if bars else []),
         "## 4. What more pre-training buys: the study's measured curve", "",
-        *curve_lines(args.curve_record), "",
+        *curve_lines(args.curve_records), "",
         "## Timings (this run; a step reused from an earlier run takes ~0 s)", "",
         "| step | seconds |", "|---|---|", *(f"| {k} | {v:.0f} |" for k, v in timings.items()),
     ]
