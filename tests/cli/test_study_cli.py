@@ -32,3 +32,15 @@ def test_the_bf16_curve_has_a_folder_of_its_own(shared_data, tmp_path, monkeypat
     assert main(["study", "pretrain-curve", "--data", str(shared_data), "--precision", "bf16",
                  "--status"]) == 0
     assert "pretrain-curve-bf16: nothing recorded yet" in capsys.readouterr().out
+
+
+def test_recipes_refuse_what_they_cannot_do(shared_data, tmp_path, capsys):
+    base = ["study", "pretrain-recipes", "--data", str(shared_data), "--work", str(tmp_path)]
+    assert main([*base, "--finetune"]) == 1
+    assert "drop --init / --finetune" in capsys.readouterr().err
+    assert main([*base, "--variants", "mask40,mask99"]) == 1
+    assert "unknown recipe variant(s) mask99" in capsys.readouterr().err
+    assert main([*base, "--budget", "0"]) == 1
+    assert "--budget must be > 0" in capsys.readouterr().err
+    assert main([*base, "--status"]) == 0
+    assert "no variant recorded yet" in capsys.readouterr().out

@@ -10,22 +10,25 @@ import torch
 
 from bertkit.cli.common import data_root
 from bertkit.errors import BertkitError
-from bertkit.studies import curve
+from bertkit.studies import curve, recipes
 
 log = logging.getLogger(__name__)
 
 DEFAULTS = curve.CurveSettings(corpus=("-",))  # the defaults, defined once in the library
+STUDIES = ("pretrain-curve", "pretrain-recipes")
 DEFAULT_WORK = Path("../bertkit-studies/pretrain-curve")  # (+ "-bf16" for --precision bf16)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "study", help="long, resumable studies (the pre-training budget curve)",
+        "study", help="long, resumable studies (the pre-training budget curve, its recipes)",
         description="Start or continue a study: the same command continues where the last "
         "sitting stopped, and prints the status first. `pretrain-curve`: one pre-training run on "
         "book text, exported at budgets of its own CPU-hours, each point fine-tuned against the "
-        "same architecture from random initialization (docs/pretraining.md).")
-    p.add_argument("name", choices=("pretrain-curve",))
+        "same architecture from random initialization (docs/pretraining.md). "
+        "`pretrain-recipes`: the curve's recipe and one-change variants of it (--variants), "
+        "each pre-trained for one fixed budget (--budget) and fine-tuned the same way.")
+    p.add_argument("name", choices=STUDIES)
     p.add_argument("--work", type=Path, default=None,
                    metavar="DIR", help="the study's folder: data, the run, the points, study.json "
                    f"(default: {DEFAULT_WORK}, -bf16 added for --precision bf16; outside the "
@@ -72,10 +75,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "makes a second curve (its own --work and report) beside the fp32 one")
     p.add_argument("--threads", type=int, default=DEFAULTS.threads,
                    help="torch threads for the pre-training")
+    p.add_argument("--budget", type=float, default=1.0, metavar="HOURS",
+                   help="pretrain-recipes: each variant's CPU-hours (default: 1)")
+    p.add_argument("--variants", default=None, metavar="LIST",
+                   help="pretrain-recipes: which variants, comma-separated (the base always "
+                   f"runs, first; default: all): {', '.join(recipes.VARIANTS)}")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.name == "pretrain-recipes" and (args.init or args.finetune):
+        raise BertkitError("pretrain-recipes runs pre-training and fine-tuning itself, from "
+                           "random weights: drop --init / --finetune")
     if (args.finetune_task or args.points) and not args.finetune:
         raise BertkitError("--finetune-task and --points choose what --finetune fine-tunes: "
                            "give --finetune too")
@@ -105,7 +116,9 @@ def run(args: argparse.Namespace) -> int:
             **given)
         if work is None:
             suffix = "" if args.precision == DEFAULTS.precision else f"-{args.precision}"
-            work = DEFAULT_WORK.with_name(DEFAULT_WORK.name + suffix)
+            work = DEFAULT_WORK.with_name(args.name + suffix)
+    if args.name == "pretrain-recipes":
+        return run_recipes(args, settings, ft, work)
     if args.status or args.report:
         store = curve.open_store(work, settings)
         print("\n".join(curve.status_lines(store)) or f"{work}: nothing recorded yet")
@@ -137,4 +150,23 @@ def run(args: argparse.Namespace) -> int:
         curve.pretrain_points(store, settings, work, hours_left=args.hours)
         for line in curve.status_lines(store):
             log.info("%s", line)
+    return 0
+
+
+def run_recipes(args: argparse.Namespace, base: curve.CurveSettings, ft: curve.FinetuneSettings,
+                work: Path) -> int:
+    """`bertkit study pretrain-recipes`: every variant to the budget, then fine-tuned; or its
+    table (--status, --report)."""
+    if args.budget <= 0:
+        raise BertkitError(f"--budget must be > 0 CPU-hours, got {args.budget:g}")
+    names = recipes.parse_variants(args.variants)
+    if not (args.status or args.report):
+        torch.set_num_threads(base.threads)
+        recipes.run_recipes(base, args.budget, names, work, data_root(args.data), ft)
+    rows = recipes.recipe_rows(base, args.budget, names, work, ft, guesses=bool(args.report))
+    print(recipes.recipes_markdown(rows, ft) if rows else f"{work}: no variant recorded yet")
+    if args.report:
+        args.report.mkdir(parents=True, exist_ok=True)
+        page = recipes.write_recipes_report(args.report, rows, ft, base, args.budget)
+        print(f"wrote {page}")
     return 0

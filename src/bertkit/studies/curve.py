@@ -50,7 +50,7 @@ from bertkit.studies.report import (
     pyplot,
     read_records,
     save_figure,
-    write_markdown,
+    write_block,
 )
 from bertkit.studies.results import ResultsStore
 from bertkit.studies.runner import hold, machine
@@ -545,19 +545,12 @@ def write_report(folder: Path, rows: Sequence[dict[str, Any]], ft: FinetuneSetti
     stem, begin, end = name
     whole = ["Whole tasks, at the budgets fine-tuned on them (`--finetune-task`):", "",
              task_markdown(tasks), ""] if tasks else []
-    block = "\n".join([begin, "", report_markdown(rows, ft), "", *whole,
-                       "Recorded points (`--status`):", "", *(f"- {line}" for line in status),
-                       "", end])
+    body = "\n".join([report_markdown(rows, ft), "", *whole, "Recorded points (`--status`):",
+                      "", *(f"- {line}" for line in status)])
     # the records behind the table, beside it: a later sitting on a machine that lost the work
     # folder still has them (and the settings they were made with)
     recipe = {"settings": dataclasses.asdict(settings)} if settings else {}
     atomic_write_text(folder / f"{stem}.json", json.dumps(
         {**recipe, "rows": list(rows), "tasks": list(tasks), "status": list(status)}, indent=1,
         default=str) + "\n")
-    page = folder / "pretraining.md"
-    if page.is_file() and begin in (text := page.read_text(encoding="utf-8")):
-        head, _, rest = text.partition(begin)
-        if end not in rest:
-            raise BertkitError(f"{page}: {begin} without {end}")
-        return write_markdown(page, head + block + rest.partition(end)[2])
-    return write_markdown(folder / f"{stem}.md", block)
+    return write_block(folder / "pretraining.md", begin, end, body, folder / f"{stem}.md")

@@ -137,6 +137,18 @@ def write_markdown(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
+def write_block(page: Path, begin: str, end: str, body: str, fallback: Path) -> Path:
+    """`body` between the markers `begin` and `end` of `page` (the prose around them kept), or
+    into `fallback` when the page has no such markers (a report folder other than docs/)."""
+    block = f"{begin}\n\n{body.strip()}\n\n{end}"
+    if page.is_file() and begin in (text := page.read_text(encoding="utf-8")):
+        head, _, rest = text.partition(begin)
+        if end not in rest:
+            raise BertkitError(f"{page}: {begin} without {end}")
+        return write_markdown(page, head + block + rest.partition(end)[2])
+    return write_markdown(fallback, block)
+
+
 def read_run_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """metrics.jsonl of a training run, phase 2's appended with its steps after phase 1's."""
     run_dir = Path(run_dir)

@@ -1,0 +1,133 @@
+"""The recipe table (docs/pretraining.md): at one fixed budget, which of the changes the
+literature proposes for small budgets make own pre-training pay sooner, with the checkpoint
+layout unchanged (every variant exports a BERT that `transformers` loads).
+
+Each variant is the curve's recipe (`curve.CurveSettings`) with one change, run as a curve of a
+single point: its own work folder under the study's, its lr schedule ending at the budget (a
+fixed-budget run decays fully, unlike a point read off the long curve), its export fine-tuned
+on the SST-2 subset beside its own random-init twin (`curve.finetune_points`; a variant that
+changes the vocabulary or the length has a twin of its own shape). So every piece is the
+curve's: resume, sittings, locks, records, fine-tuning. The table compares the variants by
+held-out MLM accuracy (on the variant's own held-out split: a vocabulary change changes what is
+predicted, so read those rows by the SST-2 gain) and by the SST-2 gain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError
+from bertkit.io import atomic_write_text
+from bertkit.studies import curve
+from bertkit.studies.report import format_mean_std, markdown_table, write_block
+
+log = logging.getLogger(__name__)
+
+# name -> (the change to the curve's recipe, what it is and where it comes from). Dropout is
+# not a variant: the exported config carries it into fine-tuning, so it would change the
+# fine-tuning recipe too (the curve pre-trains without it, after Cramming).
+VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
+    "base": ({}, "the curve's recipe: MLM 15%, T = 128, batch 128, lr 1e-3, 2% warmup, "
+                 "dropout 0, 8,192 pieces"),
+    "mask40": ({"masked_lm_prob": 0.4}, "40% masking (Wettig et al. 2023)"),
+    "mlm+nsp": ({"objective": "mlm+nsp"}, "MLM + next-sentence prediction (the paper)"),
+    "sop": ({"objective": "sop"}, "MLM + sentence-order prediction (ALBERT)"),
+    "seq64": ({"max_seq_length": 64}, "T = 64 (the paper's phase 1 is T = 128 for 90%)"),
+    "lr2e-3": ({"lr": 2e-3}, "lr 2e-3 (Izsak et al. 2021: high rates for short budgets)"),
+    "lr5e-4": ({"lr": 5e-4}, "lr 5e-4"),
+    "batch64": ({"batch_size": 64}, "batch 64: twice the steps of half the size"),
+    "warmup10": ({"warmup_ratio": 0.1}, "10% warmup"),
+    "vocab4k": ({"vocab_size": 4096}, "a 4,096-piece vocabulary (smaller embedding share)"),
+    "vocab16k": ({"vocab_size": 16384}, "a 16,384-piece vocabulary"),
+}
+
+RECIPES_BEGIN, RECIPES_END = "<!-- recipes:begin -->", "<!-- recipes:end -->"
+
+
+def parse_variants(text: str | None) -> tuple[str, ...]:
+    """"mask40,sop" -> ("base", "mask40", "sop"): the base always runs, first (every variant is
+    read against it); None -> all."""
+    names = [n.strip() for n in text.split(",") if n.strip()] if text else list(VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise BertkitError(f"unknown recipe variant(s) {', '.join(unknown)}; choose from "
+                           f"{', '.join(VARIANTS)}")
+    return tuple(dict.fromkeys(["base", *names]))
+
+
+def variant_settings(base: curve.CurveSettings, name: str, budget_hours: float
+                     ) -> curve.CurveSettings:
+    """The curve's recipe with the variant's one change, as a curve of one point at the budget
+    (its schedule's horizon)."""
+    changes, _ = VARIANTS[name]
+    return dataclasses.replace(base, budgets_hours=(budget_hours,), **changes)
+
+
+def run_recipes(base: curve.CurveSettings, budget_hours: float, names: Sequence[str],
+                work: Path, data: Path, ft: curve.FinetuneSettings) -> None:
+    """Every variant in turn: pre-train it to the budget, then fine-tune it and its twin. A
+    killed study continues where it stopped (each variant is a curve, which resumes)."""
+    for name in names:
+        settings, folder = variant_settings(base, name, budget_hours), work / name
+        log.info("recipe %s: %s", name, VARIANTS[name][1])
+        with curve.sitting(folder, "pretrain"):
+            store = curve.open_store(folder, settings)
+            curve.prepare_data(settings, folder)
+            curve.pretrain_points(store, settings, folder)
+        with curve.sitting(folder, "finetune"):
+            curve.finetune_points(store, curve.open_cells(folder, ft), settings, ft, folder, data)
+
+
+def recipe_rows(base: curve.CurveSettings, budget_hours: float, names: Sequence[str],
+                work: Path, ft: curve.FinetuneSettings, guesses: bool = False
+                ) -> list[dict[str, Any]]:
+    """One row per variant with its point recorded (the curve's row, plus the variant, its
+    change and its held-out MLM accuracy's difference from the base)."""
+    rows = []
+    for name in names:
+        settings, folder = variant_settings(base, name, budget_hours), work / name
+        if not (folder / "study.json").is_file():
+            continue
+        store = curve.open_store(folder, settings)
+        for row in curve.curve_rows(store, curve.open_cells(folder, ft), settings, ft,
+                                    folder if guesses else None):
+            rows.append({**row, "variant": name, "change": VARIANTS[name][1]})
+    return rows
+
+
+def recipes_markdown(rows: Sequence[dict[str, Any]], ft: curve.FinetuneSettings) -> str:
+    base = next((r for r in rows if r["variant"] == "base"), None)
+    table = []
+    for r in rows:
+        acc = "—" if r["mlm_acc"] is None else f"{100 * r['mlm_acc']:.1f}"
+        if base is not None and r is not base and None not in (r["mlm_acc"], base["mlm_acc"]):
+            acc += f" ({100 * (r['mlm_acc'] - base['mlm_acc']):+.1f})"
+        table.append([f"`{r['variant']}`", r["change"], r["step"], f"{r['tokens'] / 1e6:.1f}M",
+                      acc, " ".join(f"`{g}`" for g in r.get("fill_mask", [])) or "—",
+                      format_mean_std(r["scores"], scale=1.0),
+                      format_mean_std(r["random"], scale=1.0),
+                      f"{r['gain']:+.1f} ± {r['gain_se']:.1f}" if "gain" in r else "—",
+                      len(r["scores"])])
+    return markdown_table(["variant", "change", "steps", "tokens",
+                           "held-out MLM acc. (%) (vs base)", "fill-mask, first guesses",
+                           f"{ft.task} pre-trained", f"{ft.task} random twin", "gain ± SE",
+                           "seeds"], table)
+
+
+def write_recipes_report(folder: Path, rows: Sequence[dict[str, Any]],
+                         ft: curve.FinetuneSettings, base: curve.CurveSettings,
+                         budget_hours: float) -> Path:
+    """The table into `folder/pretraining.md` between the recipe markers (or
+    `folder/pretrain_recipes.md`), the records beside it in `pretrain_recipes.json`."""
+    atomic_write_text(folder / "pretrain_recipes.json", json.dumps(
+        {"budget_hours": budget_hours, "base": dataclasses.asdict(base), "rows": list(rows)},
+        indent=1, default=str) + "\n")
+    body = (f"At {curve.budget_label(budget_hours)} of CPU each ({base.precision}, "
+            f"{base.threads} thread(s)):\n\n{recipes_markdown(rows, ft)}")
+    return write_block(folder / "pretraining.md", RECIPES_BEGIN, RECIPES_END, body,
+                       folder / "pretrain_recipes.md")

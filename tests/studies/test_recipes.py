@@ -1,0 +1,58 @@
+"""The recipe table: variants of the curve's recipe, each one change, each a one-point curve at
+a fixed budget, fine-tuned beside its own random twin; the table reads them against the base."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bertkit.errors import BertkitError
+from bertkit.studies import curve, recipes
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+BUDGET = 0.0006  # CPU-hours: about 2 CPU-seconds
+
+
+def test_variants_are_one_change_each_and_the_base_runs_first():
+    assert recipes.parse_variants("mask40,sop") == ("base", "mask40", "sop")
+    assert recipes.parse_variants("mask40,base") == ("base", "mask40")
+    assert recipes.parse_variants(None)[0] == "base" and len(recipes.parse_variants(None)) > 5
+    with pytest.raises(BertkitError, match="unknown recipe variant"):
+        recipes.parse_variants("mask99")
+    base = curve.CurveSettings(corpus=("x",))
+    for name, (changes, _) in recipes.VARIANTS.items():
+        settings = recipes.variant_settings(base, name, 0.5)
+        changed = {k for k in vars(base) if getattr(settings, k) != getattr(base, k)}
+        assert changed == {"budgets_hours", *changes}, name
+        assert settings.budgets_hours == (0.5,)  # the schedule ends at the fixed budget
+
+
+def test_a_small_study_pre_trains_fine_tunes_and_reports(shared_data, tmp_path):
+    text = (shared_data / "wikitext-2" / "wiki.test.raw").read_text(encoding="utf-8")[:60_000]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(text, encoding="utf-8")
+    base = curve.CurveSettings(corpus=(str(corpus),), vocab_size=300, model="tiny",
+                               batch_size=8, max_seq_length=32)
+    ft = curve.FinetuneSettings(train_examples=32, epochs=1.0, lr_grid=(1e-3,), seeds=2)
+    names, work = ("base", "mask40"), tmp_path / "work"
+    recipes.run_recipes(base, BUDGET, names, work, shared_data, ft)
+    recipes.run_recipes(base, BUDGET, names, work, shared_data, ft)  # done: nothing to redo
+    study = json.loads((work / "mask40" / "study.json").read_text())
+    assert study["settings"]["masked_lm_prob"] == 0.4
+    rows = recipes.recipe_rows(base, BUDGET, names, work, ft)
+    assert [r["variant"] for r in rows] == ["base", "mask40"]
+    for row in rows:
+        assert row["cpu_hours"] >= BUDGET and len(row["scores"]) == len(row["random"]) == 2
+        assert "gain" in row and 0 <= row["mlm_acc"] <= 1
+    table = recipes.recipes_markdown(rows, ft)
+    assert "| `mask40` | 40% masking (Wettig et al. 2023) |" in table
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "pretraining.md").write_text(f"# P\n\n{recipes.RECIPES_BEGIN}\nold\n"
+                                         f"{recipes.RECIPES_END}\n\nafter\n")
+    recipes.write_recipes_report(docs, rows, ft, base, BUDGET)
+    page = (docs / "pretraining.md").read_text()
+    assert "old" not in page and "| `base` |" in page and page.endswith("\n\nafter\n")
+    assert json.loads((docs / "pretrain_recipes.json").read_text())["rows"][1]["variant"] == "mask40"
