@@ -30,7 +30,7 @@ class ResultsStore:
             if data.get("settings") != settings:
                 changed = sorted(k for k in settings if data.get("settings", {}).get(k) != settings[k])
                 raise BertkitError(f"{self.path}: made with other settings ({', '.join(changed)}); "
-                                   "use another --output to start a new ablation")
+                                   "other settings need a folder of their own (--output, --work)")
             self.data = data
         else:
             self.data = {"settings": settings, "pretrain": {}, "cells": {}}
