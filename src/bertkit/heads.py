@@ -213,17 +213,18 @@ class BertForSequenceClassification(PretrainedMixin, nn.Module):
         init_head(self, (self.classifier,))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
-                position_ids=None, layout: VarlenLayout | None = None) -> HeadOutput:
-        pooled = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
-                           layout=layout).pooler_output
-        logits = self.classifier(self.dropout(pooled))  # (B, L)
+                position_ids=None, layout: VarlenLayout | None = None,
+                output_hidden_states: bool = False) -> HeadOutput:
+        out = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
+                        output_hidden_states=output_hidden_states, layout=layout)
+        logits = self.classifier(self.dropout(out.pooler_output))  # (B, L)
         loss = None
         if labels is not None:
             if self.config.num_labels == 1:
                 loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
             else:
                 loss = F.cross_entropy(logits.float(), labels.long())
-        return HeadOutput(loss, logits)
+        return HeadOutput(loss, logits, out.hidden_states)
 
 
 class BertForTokenClassification(PretrainedMixin, nn.Module):
@@ -240,11 +241,13 @@ class BertForTokenClassification(PretrainedMixin, nn.Module):
         init_head(self, (self.classifier,))
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
-                position_ids=None, layout: VarlenLayout | None = None) -> HeadOutput:
-        hidden = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
-                           layout=layout).last_hidden_state  # (B, T, H); zeros at padding if packed
+                position_ids=None, layout: VarlenLayout | None = None,
+                output_hidden_states: bool = False) -> HeadOutput:
+        out = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
+                        output_hidden_states=output_hidden_states, layout=layout)
+        hidden = out.last_hidden_state  # (B, T, H); zeros at padding if packed
         logits = self.classifier(self.dropout(hidden))  # (B, T, L)
-        return HeadOutput(tagging_loss(logits, labels), logits)
+        return HeadOutput(tagging_loss(logits, labels), logits, out.hidden_states)
 
 
 def tagging_loss(logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:

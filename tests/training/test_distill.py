@@ -401,3 +401,82 @@ def test_unlabelled_texts_from_a_corpus_are_its_sentences_and_pairs_need_pairs(t
     with pytest.raises(BertkitError, match="single texts"):
         distill.check_pairs([sst2.example_from_record("0", {"text": "a"}, "x")],
                             distill.read_unlabelled(sst2, str(records), "lines"), str(records))
+
+
+# --- hidden-state transfer (--hidden-weight) ----------------------------------------------------
+
+
+def test_the_hidden_layer_map():
+    assert distill.hidden_layer_map(2, 3, (0, 2)) == [0, 1, 3]  # the layers taken, then renumbered
+    assert distill.hidden_layer_map(2, 6) == [0, 3, 6]  # TinyBERT's uniform map
+    assert distill.hidden_layer_map(3, 12) == [0, 4, 8, 12]
+
+
+def test_the_hidden_state_loss_equals_a_hand_computation():
+    torch.manual_seed(0)
+    teacher = BertModel(tiny_config()).eval()
+    ids = torch.tensor([[2, 5, 6, 3, 0], [2, 7, 3, 0, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        states = teacher(ids, None, mask, output_hidden_states=True).hidden_states
+    layer_map = [0, 1, 3]
+    same = distill.HiddenTransfer(teacher, 16, layer_map)
+    assert isinstance(same.project, torch.nn.Identity) and not list(same.parameters())
+    exact = tuple(states[i].clone() for i in layer_map)
+    assert float(same(exact, ids, None, mask)) == pytest.approx(0.0, abs=1e-10)
+    # off by 1 at every real token of the first mapped state, 3 at the second, 0 at the third,
+    # and anything at padding (not scored): mean of (1, 9, 0) over the three states
+    shifted = [exact[0] + 1.0, exact[1] + 3.0, exact[2].clone()]
+    for s in shifted:
+        s[mask == 0] = 100.0
+    assert float(same(tuple(shifted), ids, None, mask)) == pytest.approx(10.0 / 3, rel=1e-5)
+    # another width: a learned map W_h (trained, saved), the teacher outside the module tree
+    wide = distill.HiddenTransfer(teacher, 24, layer_map)
+    assert [n for n, _ in wide.named_parameters()] == ["project.weight"]
+    assert wide.project.weight.shape == (16, 24)
+    student = tuple(torch.randn(2, 5, 24) for _ in layer_map)
+    errors = [((wide.project(s) - states[i]) ** 2)[mask == 1].mean() for s, i in
+              zip(student, layer_map)]
+    with torch.no_grad():
+        assert float(wide(student, ids, None, mask)) == pytest.approx(float(sum(errors) / 3),
+                                                                      rel=1e-5)
+
+
+def test_distilling_with_hidden_states_runs_and_resumes_with_its_map(tmp_path, monkeypatch):
+    """A `tiny` student (width 128 against the teacher's 16: a learned map) with the hidden-state
+    loss; killed after epoch 1 and resumed, the student is the uninterrupted one, bit for bit,
+    so the map W_h resumed with it."""
+    data, teacher = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
+    whole = run_distill(config(tmp_path / "whole", teacher, data, student="tiny",
+                               hidden_weight=1.0))
+    plain = run_distill(config(tmp_path / "plain", teacher, data, student="tiny"))
+    assert whole["hidden_weight"] == 1.0 and plain["hidden_weight"] == 0.0
+    assert whole["final_loss"] != plain["final_loss"]  # the hidden-state term is in the loss
+    save = loop._save
+
+    def killed_after_epoch_1(run, cfg, metrics):
+        path = save(run, cfg, metrics)
+        if run.step == 3:
+            raise Killed
+        return path
+
+    monkeypatch.setattr(loop, "_save", killed_after_epoch_1)
+    with pytest.raises(Killed):
+        run_distill(config(tmp_path / "cut", teacher, data, student="tiny", hidden_weight=1.0))
+    monkeypatch.setattr(loop, "_save", save)
+    again = run_distill(config(tmp_path / "cut", teacher, data, student="tiny",
+                               hidden_weight=1.0, resume=True))
+    assert again["final_loss"] == whole["final_loss"]
+    for name, tensor in load_file(tmp_path / "whole" / "model.safetensors").items():
+        torch.testing.assert_close(load_file(tmp_path / "cut" / "model.safetensors")[name],
+                                   tensor, rtol=0, atol=0)
+    # the released student is a plain model: no trace of the map
+    assert not any("project" in k for k in load_file(tmp_path / "cut" / "model.safetensors"))
+
+
+def test_hidden_states_need_a_student_that_reads_the_teachers_tokens(tmp_path):
+    teacher = make_teacher(tmp_path)
+    with pytest.raises(BertkitError, match="read the teacher's tokens"):
+        config(tmp_path / "out", teacher, tmp_path, student=str(teacher), hidden_weight=0.5)
+    with pytest.raises(BertkitError, match="--hidden-weight must be"):
+        config(tmp_path / "out", teacher, tmp_path, hidden_weight=-1.0)

@@ -47,6 +47,15 @@ def register(subparsers) -> None:
                    help="softmax temperature of the soft targets (classification)")
     p.add_argument("--alpha", type=float, default=DEFAULTS.alpha,
                    help="weight of the teacher's loss; 1 - alpha goes to the hard labels")
+    p.add_argument("--hidden-weight", type=float, default=DEFAULTS.hidden_weight,
+                   metavar="BETA",
+                   help="add BETA x TinyBERT's hidden-state loss: the squared error between "
+                   "each student layer's output (through a learned map when the widths differ) "
+                   "and its teacher layer's (the layers a layers: student was taken from, else "
+                   "evenly spaced), embeddings included. The teacher then runs beside the "
+                   "student on every batch (about its forward's cost per step) and batches are "
+                   "not packed. Students that read the teacher's tokens only (layers:, a "
+                   "preset). Default 0: off (docs/distillation.md says what it measured)")
     p.add_argument("--unlabelled", default=None, metavar="FILE",
                    help="more texts, labelled by the teacher only: one per line, JSONL "
                    "(\"text\", \"pair\") or the task's own format; see --unlabelled-format")
@@ -111,7 +120,8 @@ def distill_config(args: argparse.Namespace) -> DistillConfig:
         teacher_dir=args.teacher, student=args.student, finetune=finetune,
         temperature=args.temperature, alpha=args.alpha, unlabelled=args.unlabelled,
         unlabelled_format=args.unlabelled_format, baseline=args.baseline,
-        speed_texts=args.speed_texts, speed_repeats=args.speed_repeats)
+        speed_texts=args.speed_texts, speed_repeats=args.speed_repeats,
+        hidden_weight=args.hidden_weight)
 
 
 def distill_cmd(args: argparse.Namespace) -> int:

@@ -8,7 +8,10 @@
 Loss (Hinton et al. 2015): `alpha` x the soft cross-entropy between the teacher's and the
 student's distributions at temperature T, times T² (so that the soft gradients keep their size
 as T changes), plus (1 - `alpha`) x the usual hard-label loss on the examples that have a label.
-Regression (one output): mean squared error to the teacher's score, T unused.
+Regression (one output): mean squared error to the teacher's score, T unused. As an option
+(`hidden_weight`), TinyBERT's intermediate-layer transfer adds that much of the squared error
+between the student's hidden states and the teacher's (`distill_loss.HiddenTransfer`: the
+teacher runs beside the student on each batch, since per-token states are too large to cache).
 
 Students (`--student`):
 - `layers:0,2,4`: the teacher's embeddings, those encoder layers (renumbered 0, 1, 2), its pooler
@@ -40,6 +43,7 @@ import logging
 import math
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +65,9 @@ from bertkit.tokenization import BertTokenizer
 from bertkit.training.distill_loss import (
     IGNORE,
     DistillationObjective,
+    HiddenTransfer,
     distillation_loss,
+    hidden_layer_map,
     masked_mean,
     soft_cross_entropy,
 )
@@ -101,10 +107,11 @@ from bertkit.training.stream import stream_seed
 
 # The loss lives in training/distill_loss.py, the transfer set and the teacher's outputs in
 # training/distill_targets.py; their names are imported from here too, with the run's.
-__all__ = ["CACHE_NAME", "IGNORE", "DistillConfig", "DistillationObjective", "StudentSpec",
+__all__ = ["CACHE_NAME", "IGNORE", "DistillConfig", "DistillationObjective", "HiddenTransfer",
+           "StudentSpec",
            "UNLABELLED_FORMATS", "align_teacher", "build_student", "cached_teacher_outputs",
            "check_pairs", "compute_teacher_outputs", "corpus_examples", "distill_collate",
-           "distillation_loss", "fingerprint", "masked_mean", "no_label", "parse_student",
+           "distillation_loss", "fingerprint", "hidden_layer_map", "masked_mean", "no_label", "parse_student",
            "read_unlabelled", "resolve_task", "run_distill", "soft_cross_entropy",
            "teacher_targets", "with_targets"]
 
@@ -135,6 +142,7 @@ class DistillConfig:
     baseline: bool = False  # also fine-tune the same student without the teacher
     speed_texts: int = 512  # dev texts timed through the predict path (0: no timing)
     speed_repeats: int = 3  # timed passes per model; the fastest counts
+    hidden_weight: float = 0.0  # TinyBERT's hidden-state transfer, this much of it (0: off)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature > 0):
@@ -147,6 +155,13 @@ class DistillConfig:
         if self.speed_texts < 0 or self.speed_repeats < 1:
             raise BertkitError(f"--speed-texts must be >= 0 and --speed-repeats >= 1, got "
                                f"{self.speed_texts} and {self.speed_repeats}")
+        if not (math.isfinite(self.hidden_weight) and self.hidden_weight >= 0):
+            raise BertkitError(f"--hidden-weight must be a finite number >= 0, got "
+                               f"{self.hidden_weight}")
+        if self.hidden_weight and parse_student(self.student).kind == "folder":
+            raise BertkitError("--hidden-weight compares the two models token by token, so the "
+                               "student must read the teacher's tokens: layers:I,J,... or a "
+                               "preset, not a model folder with a tokenizer of its own")
         parse_student(self.student)
 
     @property
@@ -360,8 +375,10 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
     try:
         build_student(teacher, teacher_tok, spec, cfg.finetune.train.seed, init_dir)
         targets = teacher_outputs(task, cfg, teacher, data.teacher_train, out)
+        hidden = (functools.partial(hidden_transfer, teacher, spec, cfg.finetune.train.seed)
+                  if cfg.hidden_weight else None)
         student, student_record = train_student(task, cfg, init_dir, student_tok, data,
-                                                targets, settings, continues)
+                                                targets, settings, continues, hidden)
         teacher_metrics = evaluate_splits(task, teacher, data.teacher_dev, settings,
                                           cfg.finetune.eval_batch_size, None)
         baseline = run_baseline(task, cfg, init_dir) if cfg.baseline else None
@@ -385,11 +402,24 @@ def teacher_outputs(task: Task, cfg: DistillConfig, teacher: nn.Module,
         precision, train_cfg.progress))
 
 
+def hidden_transfer(teacher: nn.Module, spec: StudentSpec, seed: int,
+                    student: nn.Module) -> HiddenTransfer:
+    """The teacher's hidden states as targets for `student`'s (`--hidden-weight`); the map W_h
+    starts from its own stream of the run's seed, so that a run is the same run every time."""
+    layer_map = hidden_layer_map(student.config.num_hidden_layers,
+                                 teacher.config.num_hidden_layers, spec.layers)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(stream_seed(seed, "hidden-map"))
+        return HiddenTransfer(teacher.bert, student.config.hidden_size, layer_map)
+
+
 def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: BertTokenizer,
                   data: Transfer, targets: list[torch.Tensor], settings: FeatureSettings,
-                  resume: bool) -> tuple[nn.Module, dict[str, Any]]:
+                  resume: bool, hidden: Callable[[nn.Module], HiddenTransfer] | None = None
+                  ) -> tuple[nn.Module, dict[str, Any]]:
     """Train (or, finished earlier, load) the student; its release and dev metrics.json land
-    in the output folder as a fine-tuning run's do. `resume`: the run continues (resolved)."""
+    in the output folder as a fine-tuning run's do. `resume`: the run continues (resolved).
+    `hidden` makes the student's hidden-state transfer (`--hidden-weight`)."""
     ft = cfg.finetune
     out = Path(ft.output_dir)
     if (out / "metrics.json").is_file() and resume:  # trained before a later step died
@@ -397,11 +427,14 @@ def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: Ber
         return model, json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     student = load_model(task, init_dir, data.labels, ft)
     check_vocab(student.config, tokenizer.vocab_size, init_dir)
-    objective = DistillationObjective(student, cfg.temperature, cfg.alpha, task.regression)
+    objective = DistillationObjective(student, cfg.temperature, cfg.alpha, task.regression,
+                                      hidden(student) if hidden else None, cfg.hidden_weight)
     features = with_targets(data.student_train, targets)
     loop_cfg = dataclasses.replace(train_config(ft, len(features)), resume=resume)
     evaluate = dev_evaluator(task, data.student_dev, settings, ft)
-    result = train(objective, features, training_collate(task, student, ft), loop_cfg,
+    # the teacher's hidden states come from its padded forward: no packed batches then
+    collate = training_collate(task, student, ft, packed=hidden is None)
+    result = train(objective, features, collate, loop_cfg,
                    evaluate=None if evaluate is None else lambda m: evaluate(m.student))
     metrics = evaluate_splits(task, student, data.student_dev, settings, ft.eval_batch_size, out,
                               ft.train.progress)
@@ -414,10 +447,10 @@ def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: Ber
     return student, record
 
 
-def training_collate(task: Task, student: nn.Module, cfg: FinetuneConfig):
+def training_collate(task: Task, student: nn.Module, cfg: FinetuneConfig, packed: bool = True):
     """`distill_collate`, packed as fine-tuning's batches are (`finetune.training_collate`)."""
     collate = functools.partial(distill_collate, task)
-    if (cfg.packed and not cfg.train.compile
+    if (packed and cfg.packed and not cfg.train.compile
             and getattr(type(student), "supports_packing", False)):
         cost = attention_group_cost(resolve_device(cfg.train.device))
         return functools.partial(packed_batch, collate, cost)
@@ -503,7 +536,7 @@ def summarize(task: Task, cfg: DistillConfig, data: Transfer, teacher: nn.Module
         "teacher_parameters": parameters(teacher), "student_parameters": parameters(student),
         "speed": speed,
         "transfer": {"labelled": data.labelled, "unlabelled": data.unlabelled},
-        "temperature": cfg.temperature, "alpha": cfg.alpha,
+        "temperature": cfg.temperature, "alpha": cfg.alpha, "hidden_weight": cfg.hidden_weight,
         "lr": cfg.finetune.train.lr, "epochs": cfg.finetune.epochs,
         "seed": cfg.finetune.train.seed, "steps": student_record.get("steps"),
         "final_loss": student_record.get("final_loss"),

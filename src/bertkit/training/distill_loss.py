@@ -1,6 +1,7 @@
 """The distillation loss (Hinton et al. 2015) and the module the loop trains with it: the
-student, whose `.loss` mixes the teacher's soft targets with the hard labels
-(`training.distill` runs it)."""
+student, whose `.loss` mixes the teacher's soft targets with the hard labels and, as an option,
+the teacher's hidden states (TinyBERT's intermediate-layer transfer; `training.distill` runs
+it)."""
 
 from __future__ import annotations
 
@@ -50,19 +51,67 @@ def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, labels: torc
     return alpha * masked_mean(soft, scored) + (1 - alpha) * masked_mean(hard, has_label & scored)
 
 
+def hidden_layer_map(student_layers: int, teacher_layers: int,
+                     taken: tuple[int, ...] = ()) -> list[int]:
+    """For each of the student's hidden states (0 = embeddings, i = after layer i), the
+    teacher's it learns from: the layers a `layers:` student was taken from, else TinyBERT's
+    uniform map (student layer i <- teacher layer i * N / M); embeddings from embeddings."""
+    if taken:
+        return [0, *(t + 1 for t in taken)]
+    return [0, *(round(i * teacher_layers / student_layers) for i in range(1, student_layers + 1))]
+
+
+class HiddenTransfer(nn.Module):
+    """TinyBERT's hidden-state transfer (Jiao et al. 2020): the mean over the mapped layers of
+    the squared error between the student's hidden state, through a learned linear map when the
+    widths differ (W_h), and the teacher's, averaged over real tokens and the teacher's width.
+
+    The teacher runs here, on the student's batch, under no_grad: per-token states of every
+    layer are too large to cache (the logits are cached, `distill_targets`). It is held outside
+    the module tree, so that it is neither trained nor saved; the map W_h is both (it resumes
+    with the run)."""
+
+    def __init__(self, teacher_encoder: nn.Module, student_width: int, layer_map: list[int]):
+        super().__init__()
+        self._teacher = (teacher_encoder.eval().requires_grad_(False),)  # not a submodule
+        teacher_width = teacher_encoder.config.hidden_size
+        self.layer_map = layer_map
+        self.project = (nn.Identity() if student_width == teacher_width else
+                        nn.Linear(student_width, teacher_width, bias=False))
+
+    def forward(self, student_states: tuple[torch.Tensor, ...], input_ids: torch.Tensor,
+                token_type_ids: torch.Tensor | None, attention_mask: torch.Tensor
+                ) -> torch.Tensor:
+        with torch.no_grad():
+            teacher_states = self._teacher[0](input_ids, token_type_ids, attention_mask,
+                                              output_hidden_states=True).hidden_states
+        real = attention_mask.unsqueeze(-1).float()  # (B, T, 1)
+        losses = []
+        for student, index in zip(student_states, self.layer_map):
+            error = (self.project(student).float() - teacher_states[index].float()).pow(2)
+            losses.append((error * real).sum() / (real.sum() * error.shape[-1]).clamp(min=1.0))
+        return torch.stack(losses).mean()
+
+
 class DistillationObjective(nn.Module):
     """The student with the distillation loss as its `.loss`: what the loop trains. Without
-    teacher logits (evaluation) it is the student alone."""
+    teacher logits (evaluation) it is the student alone. With `hidden` (and weight
+    `hidden_weight`) the loss adds the hidden-state transfer."""
 
-    def __init__(self, student: nn.Module, temperature: float, alpha: float, regression: bool):
+    def __init__(self, student: nn.Module, temperature: float, alpha: float, regression: bool,
+                 hidden: HiddenTransfer | None = None, hidden_weight: float = 0.0):
         super().__init__()
         self.student = student
         self.temperature, self.alpha, self.regression = temperature, alpha, regression
+        self.hidden, self.hidden_weight = hidden, hidden_weight
 
     def forward(self, teacher_logits: torch.Tensor | None = None,
                 teacher_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 **inputs: Any) -> HeadOutput:
-        logits = self.student(**inputs).logits  # (B, L), or (B, T, L) for tagging
+        transfer = self.hidden is not None and teacher_logits is not None
+        out = self.student(**inputs, output_hidden_states=True) if transfer else \
+            self.student(**inputs)
+        logits = out.logits  # (B, L), or (B, T, L) for tagging
         if teacher_logits is None:
             return HeadOutput(None, logits)
         L = logits.shape[-1]
@@ -71,4 +120,8 @@ class DistillationObjective(nn.Module):
         loss = distillation_loss(logits.reshape(-1, L), teacher_logits.reshape(-1, L),
                                  labels.reshape(-1), scored, self.temperature, self.alpha,
                                  self.regression)
+        if transfer:
+            loss = loss + self.hidden_weight * self.hidden(
+                out.hidden_states, inputs["input_ids"], inputs.get("token_type_ids"),
+                inputs["attention_mask"])
         return HeadOutput(loss, logits)
