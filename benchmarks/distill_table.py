@@ -31,8 +31,11 @@ STUDENTS = ("layers:0,2,4", "layers:0,3", "tiny")
 def record(results: dict) -> dict:
     """What the table needs of one run's results.json."""
     speed = results.get("speed") or {}
-    return {"key": f"{results['task']}/{results['student']}/{results['seed']}",
-            "task": results["task"], "student": results["student"], "seed": results["seed"],
+    hidden = results.get("hidden_weight") or 0.0  # (results written before the option: none)
+    student = results["student"] + (f" +hidden {hidden:g}" if hidden else "")
+    return {"key": f"{results['task']}/{student}/{results['seed']}",
+            "task": results["task"], "student": student, "seed": results["seed"],
+            "hidden_weight": hidden,
             "metric": results["metric"], "teacher_dev": results["teacher_dev"],
             "student_dev": results["student_dev"], "baseline_dev": results["baseline_dev"],
             "student_layers": results["student_layers"],

@@ -6,6 +6,8 @@
 # teacher's lr, `tiny` from random initialization at 5e-4 (a from-scratch rate; not tuned).
 #
 #   bash benchmarks/study_distill.sh WORK [TASK...]     (default: mrpc stsb conll2003 sst2)
+#   HIDDEN=1 bash benchmarks/study_distill.sh WORK mrpc  (also layers:0,2,4 and tiny with
+#                                                         --hidden-weight 1: TinyBERT's transfer)
 #
 # Resumable: a finished run (its metrics.json / results.json) is skipped, a killed one goes on
 # from its last state (--resume auto). One thread a run, fp32 (auto would pick bf16 on some
@@ -36,16 +38,22 @@ for task in "${tasks[@]}"; do
       --lr "$lr" --epochs 3 --seed 0 --precision fp32 --no-test-predictions --no-progress \
       --resume auto
   fi
+  runs=(layers:0,2,4 layers:0,3 tiny)
+  [ -n "${HIDDEN:-}" ] && runs+=("layers:0,2,4 hidden" "tiny hidden")
   for seed in 0 1 2; do
-    for student in layers:0,2,4 layers:0,3 tiny; do
-      out=$work/$task/${student//[:,]/}-seed$seed
+    for run in "${runs[@]}"; do
+      student=${run% hidden}
+      hidden=()
+      suffix=
+      if [ "$run" != "$student" ]; then hidden=(--hidden-weight "$HIDDEN"); suffix=-hidden$HIDDEN; fi
+      out=$work/$task/${student//[:,]/}$suffix-seed$seed
       [ -f "$out/results.json" ] && continue
       slr=$lr
       [ "$student" = tiny ] && slr=5e-4
-      echo "$(date -u +%H:%M) $task: $student seed $seed"
+      echo "$(date -u +%H:%M) $task: $run seed $seed"
       "$bertkit" distill "$teacher" --student "$student" --data "$data/$folder" --output "$out" \
         --lr "$slr" --epochs 3 --seed "$seed" --precision fp32 --baseline --no-progress \
-        --resume auto
+        --resume auto "${hidden[@]}"
     done
   done
 done
