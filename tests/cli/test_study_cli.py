@@ -10,6 +10,8 @@ from bertkit.cli.main import main
     (["--finetune-task", "mrpc"], "give --finetune too"),
     (["--points", "1h"], "give --finetune too"),
     (["--task-text", "sst2"], "give --init MODEL too"),
+    (["--finetune", "--points", " , "], "name budgets"),
+    (["--threads", "0", "--status"], "at least one thread"),
 ])
 def test_options_that_need_another_are_refused(shared_data, tmp_path, capsys, args, says):
     work = tmp_path / "work"
@@ -40,7 +42,8 @@ def test_recipes_refuse_what_they_cannot_do(shared_data, tmp_path, capsys):
     assert "drop --init / --finetune" in capsys.readouterr().err
     assert main([*base, "--variants", "mask40,mask99"]) == 1
     assert "unknown recipe variant(s) mask99" in capsys.readouterr().err
-    assert main([*base, "--budget", "0"]) == 1
-    assert "--budget must be > 0" in capsys.readouterr().err
+    for bad in ("0", "nan", "inf"):
+        assert main([*base, "--budget", bad]) == 1
+        assert "--budget must be > 0" in capsys.readouterr().err
     assert main([*base, "--status"]) == 0
     assert "no variant recorded yet" in capsys.readouterr().out

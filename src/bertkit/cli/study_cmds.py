@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 from pathlib import Path
 
 import torch
@@ -124,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(curve.status_lines(store)) or f"{work}: nothing recorded yet")
         rows = curve.curve_rows(store, curve.open_cells(work, ft), settings, ft,
                                 work if args.report else None)
-        print(curve.report_markdown(rows, ft))
+        if rows:
+            print(curve.report_markdown(rows, ft))
         if args.report:
             args.report.mkdir(parents=True, exist_ok=True)
             name = curve.report_name(settings)
@@ -135,7 +137,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {page} and {png}")
         return 0
     if args.finetune:
-        points = [p.strip() for p in args.points.split(",")] if args.points else None
+        points = None
+        if args.points is not None:
+            points = [p.strip() for p in args.points.split(",") if p.strip()]
+            if not points:
+                raise BertkitError(f"--points {args.points!r}: name budgets, e.g. 1h,2h")
         with curve.sitting(work, "-".join(filter(None, ("finetune", ft.name)))):
             torch.set_num_threads(settings.threads)
             curve.finetune_points(curve.open_store(work, settings), curve.open_cells(work, ft),
@@ -157,7 +163,7 @@ def run_recipes(args: argparse.Namespace, base: curve.CurveSettings, ft: curve.F
                 work: Path) -> int:
     """`bertkit study pretrain-recipes`: every variant to the budget, then fine-tuned; or its
     table (--status, --report)."""
-    if args.budget <= 0:
+    if not (math.isfinite(args.budget) and args.budget > 0):
         raise BertkitError(f"--budget must be > 0 CPU-hours, got {args.budget:g}")
     names = recipes.parse_variants(args.variants)
     if not (args.status or args.report):

@@ -100,8 +100,11 @@ class CurveSettings:
         if not self.corpus:
             raise BertkitError("the curve needs a corpus (book text)")
         budgets = list(self.budgets_hours)
-        if not budgets or budgets != sorted(set(budgets)) or budgets[0] <= 0:
+        if (not budgets or not all(map(math.isfinite, budgets))
+                or budgets != sorted(set(budgets)) or budgets[0] <= 0):
             raise BertkitError(f"budgets must be increasing and > 0, got {self.budgets_hours}")
+        if self.threads < 1:
+            raise BertkitError(f"the study needs at least one thread, got {self.threads}")
         if self.precision not in PRECISIONS:
             raise BertkitError(f"the curve's precision is one of {', '.join(PRECISIONS)}, "
                                f"got {self.precision!r}")
