@@ -91,61 +91,21 @@ def run(args: argparse.Namespace) -> int:
     if (args.finetune_task or args.points) and not args.finetune:
         raise BertkitError("--finetune-task and --points choose what --finetune fine-tunes: "
                            "give --finetune too")
-    ft = (curve.FinetuneSettings.whole(args.finetune_task) if args.finetune_task else
-          curve.FinetuneSettings())
-    work = args.work
-    given = {k: v for k, v in (("batch_size", args.batch_size), ("lr", args.lr))
-             if v is not None}
     if args.task_text and not args.init:
         raise BertkitError("--task-text is for continued pre-training: give --init MODEL too")
-    if args.init is not None:
-        if args.model != DEFAULTS.model or args.vocab_size != DEFAULTS.vocab_size:
-            raise BertkitError("--init: the model's own shape and vocabulary are used; "
-                               "drop --model / --vocab-size")
-        if work is None:
-            raise BertkitError("--init: give the continued study a --work folder of its own "
-                               f"({DEFAULT_WORK} holds the curve)")
-        corpus = (curve.task_text(args.task_text, data_root(args.data), work) if args.task_text
-                  else curve.corpus_files(data_root(args.data)))
-        fmt = {"corpus_format": "google"} if args.task_text else {}  # (curve.task_text)
-        settings = curve.CurveSettings.continued(args.init, corpus, threads=args.threads,
-                                                 precision=args.precision, **fmt, **given)
-    else:
-        settings = curve.CurveSettings(
-            corpus=curve.corpus_files(data_root(args.data)), model=args.model,
-            vocab_size=args.vocab_size, threads=args.threads, precision=args.precision,
-            **given)
-        if work is None:
-            suffix = "" if args.precision == DEFAULTS.precision else f"-{args.precision}"
-            work = DEFAULT_WORK.with_name(args.name + suffix)
+    ft = (curve.FinetuneSettings.whole(args.finetune_task) if args.finetune_task else
+          curve.FinetuneSettings())
+    settings, work = study_settings(args)
     if args.name == "pretrain-recipes":
         return run_recipes(args, settings, ft, work)
     if args.status or args.report:
-        store = curve.open_store(work, settings)
-        print("\n".join(curve.status_lines(store)) or f"{work}: nothing recorded yet")
-        rows = curve.curve_rows(store, curve.open_cells(work, ft), settings, ft,
-                                work if args.report else None)
-        if rows:
-            print(curve.report_markdown(rows, ft))
-        if args.report:
-            args.report.mkdir(parents=True, exist_ok=True)
-            name = curve.report_name(settings)
-            png = args.report / f"{name[0]}.png"
-            curve.plot_curve(rows, png)
-            page = curve.write_report(args.report, rows, ft, curve.status_lines(store), name,
-                                      curve.task_rows(store, settings, work), settings)
-            print(f"wrote {page} and {png}")
-        return 0
+        return report_curve(args, settings, ft, work)
     if args.finetune:
-        points = None
-        if args.points is not None:
-            points = [p.strip() for p in args.points.split(",") if p.strip()]
-            if not points:
-                raise BertkitError(f"--points {args.points!r}: name budgets, e.g. 1h,2h")
+        labels = points(args)
         with curve.sitting(work, "-".join(filter(None, ("finetune", ft.name)))):
             torch.set_num_threads(settings.threads)
             curve.finetune_points(curve.open_store(work, settings), curve.open_cells(work, ft),
-                                  settings, ft, work, data_root(args.data), points)
+                                  settings, ft, work, data_root(args.data), labels)
         return 0
     with curve.sitting(work, "pretrain"):
         store = curve.open_store(work, settings)
@@ -156,6 +116,61 @@ def run(args: argparse.Namespace) -> int:
         curve.pretrain_points(store, settings, work, hours_left=args.hours)
         for line in curve.status_lines(store):
             log.info("%s", line)
+    return 0
+
+
+def study_settings(args: argparse.Namespace) -> tuple[curve.CurveSettings, Path]:
+    """The study's recipe from the options, and its work folder."""
+    work = args.work
+    given = {k: v for k, v in (("batch_size", args.batch_size), ("lr", args.lr))
+             if v is not None}
+    if args.init is None:
+        settings = curve.CurveSettings(
+            corpus=curve.corpus_files(data_root(args.data)), model=args.model,
+            vocab_size=args.vocab_size, threads=args.threads, precision=args.precision,
+            **given)
+        suffix = "" if args.precision == DEFAULTS.precision else f"-{args.precision}"
+        return settings, work or DEFAULT_WORK.with_name(args.name + suffix)
+    if args.model != DEFAULTS.model or args.vocab_size != DEFAULTS.vocab_size:
+        raise BertkitError("--init: the model's own shape and vocabulary are used; "
+                           "drop --model / --vocab-size")
+    if work is None:
+        raise BertkitError("--init: give the continued study a --work folder of its own "
+                           f"({DEFAULT_WORK} holds the curve)")
+    corpus = (curve.task_text(args.task_text, data_root(args.data), work) if args.task_text
+              else curve.corpus_files(data_root(args.data)))
+    fmt = {"corpus_format": "google"} if args.task_text else {}  # (curve.task_text)
+    return curve.CurveSettings.continued(args.init, corpus, threads=args.threads,
+                                         precision=args.precision, **fmt, **given), work
+
+
+def points(args: argparse.Namespace) -> list[str] | None:
+    """--points as budget labels (None: every recorded one)."""
+    if args.points is None:
+        return None
+    labels = [p.strip() for p in args.points.split(",") if p.strip()]
+    if not labels:
+        raise BertkitError(f"--points {args.points!r}: name budgets, e.g. 1h,2h")
+    return labels
+
+
+def report_curve(args: argparse.Namespace, settings: curve.CurveSettings,
+                 ft: curve.FinetuneSettings, work: Path) -> int:
+    """--status (print what is recorded) and --report DIR (the table, PNG and records)."""
+    store = curve.open_store(work, settings)
+    print("\n".join(curve.status_lines(store)) or f"{work}: nothing recorded yet")
+    rows = curve.curve_rows(store, curve.open_cells(work, ft), settings, ft,
+                            work if args.report else None)
+    if rows:
+        print(curve.report_markdown(rows, ft))
+    if args.report:
+        args.report.mkdir(parents=True, exist_ok=True)
+        name = curve.report_name(settings)
+        png = args.report / f"{name[0]}.png"
+        curve.plot_curve(rows, png)
+        page = curve.write_report(args.report, rows, ft, curve.status_lines(store), name,
+                                  curve.task_rows(store, settings, work), settings)
+        print(f"wrote {page} and {png}")
     return 0
 
 
