@@ -353,6 +353,10 @@ def test_token_tagging_is_distilled_at_first_word_pieces(tmp_path, monkeypatch):
         assert batch["teacher_logits"][~mask].abs().sum() == 0
         assert bool((batch["teacher_logits"][mask].abs().sum(-1) > 0).all())
     assert results["final_loss"] > 0  # an empty mask would score nothing: a loss of 0
+    # a tagger's hidden states transfer too (the tagging head returns them)
+    hidden = run_distill(config(tmp_path / "hidden", teacher, conll, task="conll2003",
+                                student="tiny", hidden_weight=0.5))
+    assert hidden["hidden_weight"] == 0.5 and hidden["steps"] == 4
 
 
 def test_labels_other_than_the_teachers_are_refused(tmp_path):
