@@ -166,6 +166,20 @@ class Killed(BaseException):
     """A kill nothing catches, right after a training state was written."""
 
 
+def kill_after(monkeypatch, step: int):
+    """The loop raises Killed right after saving the state of `step`; returns the undo."""
+    save = loop._save
+
+    def save_then_kill(run, cfg, metrics):
+        path = save(run, cfg, metrics)
+        if run.step == step:
+            raise Killed
+        return path
+
+    monkeypatch.setattr(loop, "_save", save_then_kill)
+    return lambda: monkeypatch.setattr(loop, "_save", save)
+
+
 def test_teacher_runs_once_and_a_killed_run_resumes_to_the_same_student(tmp_path, monkeypatch):
     """24 training texts, 8 dev, 2 epochs of 3 steps: the teacher sees the 24 once (not once per
     epoch) and the 8 for its dev score; killed after epoch 1 and resumed, it sees only the 8
@@ -178,18 +192,10 @@ def test_teacher_runs_once_and_a_killed_run_resumes_to_the_same_student(tmp_path
     assert (tmp_path / "whole" / "teacher_outputs.safetensors").is_file()
 
     rows.clear()
-    save = loop._save
-
-    def killed_after_epoch_1(run, cfg, metrics):
-        path = save(run, cfg, metrics)
-        if run.step == 3:
-            raise Killed
-        return path
-
-    monkeypatch.setattr(loop, "_save", killed_after_epoch_1)
+    undo = kill_after(monkeypatch, step=3)  # the end of epoch 1
     with pytest.raises(Killed):
         run_distill(config(tmp_path / "cut", teacher, data))
-    monkeypatch.setattr(loop, "_save", save)
+    undo()
     rows.clear()
     with pytest.raises(BertkitError, match="pass --resume"):
         run_distill(config(tmp_path / "cut", teacher, data))
@@ -456,18 +462,10 @@ def test_distilling_with_hidden_states_runs_and_resumes_with_its_map(tmp_path, m
     plain = run_distill(config(tmp_path / "plain", teacher, data, student="tiny"))
     assert whole["hidden_weight"] == 1.0 and plain["hidden_weight"] == 0.0
     assert whole["final_loss"] != plain["final_loss"]  # the hidden-state term is in the loss
-    save = loop._save
-
-    def killed_after_epoch_1(run, cfg, metrics):
-        path = save(run, cfg, metrics)
-        if run.step == 3:
-            raise Killed
-        return path
-
-    monkeypatch.setattr(loop, "_save", killed_after_epoch_1)
+    undo = kill_after(monkeypatch, step=3)
     with pytest.raises(Killed):
         run_distill(config(tmp_path / "cut", teacher, data, student="tiny", hidden_weight=1.0))
-    monkeypatch.setattr(loop, "_save", save)
+    undo()
     again = run_distill(config(tmp_path / "cut", teacher, data, student="tiny",
                                hidden_weight=1.0, resume=True))
     assert again["final_loss"] == whole["final_loss"]
