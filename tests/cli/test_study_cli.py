@@ -8,7 +8,8 @@ from bertkit.cli.main import main
 
 @pytest.mark.parametrize("args, says", [
     (["--finetune-task", "mrpc"], "give --finetune too"),
-    (["--points", "1h"], "give --finetune too"),
+    (["--points", "1h"], "give one of them too"),
+    (["--cooldown", "--finetune"], "drop --finetune"),
     (["--task-text", "sst2"], "give --init MODEL too"),
     (["--finetune", "--points", " , "], "name budgets"),
     (["--threads", "0", "--status"], "at least one thread"),

@@ -12,7 +12,15 @@ from torch import nn
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForPreTraining
-from bertkit.training.optim import Lamb, build_optimizer, lr_at, param_groups, resolve_warmup
+from bertkit.training.config import TrainConfig
+from bertkit.training.optim import (
+    SCHEDULES,
+    Lamb,
+    build_optimizer,
+    lr_at,
+    param_groups,
+    resolve_warmup,
+)
 
 
 class Toy(nn.Module):
@@ -148,6 +156,20 @@ def test_lr_at_warmup_then_linear_decay_to_zero():
     assert lr_at(3, peak_lr=1e-3, warmup_steps=0, max_steps=4) == pytest.approx(2.5e-4)
     with pytest.raises(ValueError):
         lr_at(-1, **kw)
+
+
+def test_a_decay_branch_falls_from_its_rate_to_zero_whatever_the_shape():
+    kw = {"peak_lr": 1e-3, "warmup_steps": 10, "max_steps": 150, "decay_from": (100, 4e-4)}
+    for schedule in SCHEDULES:
+        assert lr_at(99, schedule=schedule, **kw) == lr_at(
+            99, peak_lr=1e-3, warmup_steps=10, max_steps=150, schedule=schedule)  # before S
+        assert lr_at(100, schedule=schedule, **kw) == pytest.approx(4e-4)
+        assert lr_at(125, schedule=schedule, **kw) == pytest.approx(2e-4)
+        assert lr_at(150, schedule=schedule, **kw) == 0.0
+    with pytest.raises(BertkitError, match="decay_from"):
+        TrainConfig("out", max_steps=100, decay_from=(100, 1e-3))
+    with pytest.raises(BertkitError, match="decay_from"):
+        TrainConfig("out", max_steps=200, decay_from=(100, float("nan")))
 
 
 def test_warmup_ratio_overrides_steps_and_is_validated():

@@ -11,7 +11,7 @@ import torch
 
 from bertkit.cli.common import data_root
 from bertkit.errors import BertkitError
-from bertkit.studies import curve, recipes
+from bertkit.studies import cooldown, curve, recipes
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +49,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    f"{', '.join(curve.WHOLE_TASKS)}) instead of the SST-2 subset: the rows at the "
                    "budgets that matter (choose them with --points); its own records and lock, "
                    "so it runs beside the subset's sitting")
+    p.add_argument("--cooldown", action="store_true",
+                   help="run the decay branch of each recorded point (or of --points): the run "
+                   "continued from its state there for 20%% more steps with the rate falling "
+                   "to 0 (Hägele et al. 2024), recorded as the point BUDGET+cool and fine-tuned "
+                   "like any point; beside the pre-training sitting (its own lock)")
     p.add_argument("--points", default=None, metavar="LIST",
-                   help="with --finetune: only these budgets, e.g. 1h,2h (default: every "
-                   "recorded one)")
+                   help="with --finetune: only these points, e.g. 1h,2h,2h+cool; with "
+                   "--cooldown: the budgets to branch from (default: every recorded one)")
     p.add_argument("--report", type=Path, default=None, metavar="DIR",
                    help="write DIR/pretrain_curve.md (the table) and DIR/pretrain_curve.png "
                    "from what is recorded, and stop")
@@ -88,9 +93,20 @@ def run(args: argparse.Namespace) -> int:
     if args.name == "pretrain-recipes" and (args.init or args.finetune):
         raise BertkitError("pretrain-recipes runs pre-training and fine-tuning itself, from "
                            "random weights: drop --init / --finetune")
-    if (args.finetune_task or args.points) and not args.finetune:
-        raise BertkitError("--finetune-task and --points choose what --finetune fine-tunes: "
-                           "give --finetune too")
+    if args.name == "pretrain-recipes" and args.cooldown:
+        raise BertkitError("--cooldown branches the curve's points; a recipe's run already "
+                           "decays to 0 at its budget")
+    if args.cooldown and (args.finetune or args.init):
+        raise BertkitError("--cooldown is a pre-training sitting of its own: drop --finetune "
+                           "(fine-tune its points after, with --points BUDGET+cool)"
+                           if args.finetune else "--cooldown branches the curve from random "
+                           "init; a continued study (--init) is not branched")
+    if args.finetune_task and not args.finetune:
+        raise BertkitError("--finetune-task chooses what --finetune fine-tunes: give --finetune "
+                           "too")
+    if args.points and not (args.finetune or args.cooldown):
+        raise BertkitError("--points chooses what --finetune fine-tunes or --cooldown branches: "
+                           "give one of them too")
     if args.task_text and not args.init:
         raise BertkitError("--task-text is for continued pre-training: give --init MODEL too")
     ft = (curve.FinetuneSettings.whole(args.finetune_task) if args.finetune_task else
@@ -100,6 +116,14 @@ def run(args: argparse.Namespace) -> int:
         return run_recipes(args, settings, ft, work)
     if args.status or args.report:
         return report_curve(args, settings, ft, work)
+    if args.cooldown:
+        with curve.sitting(work, "cooldown"):
+            torch.set_num_threads(settings.threads)
+            store = curve.open_store(work, settings)
+            cooldown.branch_points(store, settings, work, points(args))
+            for line in curve.status_lines(store):
+                log.info("%s", line)
+        return 0
     if args.finetune:
         labels = points(args)
         with curve.sitting(work, "-".join(filter(None, ("finetune", ft.name)))):

@@ -9,6 +9,9 @@ loop's resume), so a budget point is the same whatever the sittings were. The lr
 the run's whole horizon (the largest budget): at an early budget the rate has not decayed, the
 usual price of reading a curve off one run (Kaplan et al. 2020 do the same).
 
+The run's state at each point is kept (`branches/<budget>/`), so that a decay branch
+(`cooldown.branch_points`) can later anneal the run from there: the point `<budget>+cool`.
+
 Each exported point is then fine-tuned on the SST-2 subset (`finetune_points`), beside the same
 architecture from random initialization, each at the best rate of its own grid chosen on a
 selection seed that is not reported.
@@ -131,6 +134,25 @@ def budget_label(hours: float) -> str:
     return f"{hours:g}h"
 
 
+BRANCH = "+cool"  # a point's decay branch (cooldown.py): "2h+cool"
+
+
+def point_labels(settings: CurveSettings) -> list[str]:
+    """Every point the study can record, in the curve's order: each budget, then its decay
+    branch."""
+    return [name for h in settings.budgets_hours for name in (budget_label(h),
+                                                              budget_label(h) + BRANCH)]
+
+
+def keep_state(work: Path, label: str, state: Path) -> None:
+    """Copy the run's state at a point to `branches/<label>/checkpoints/` (the run keeps one
+    state, which its next save replaces): where the point's decay branch starts."""
+    target = work / "branches" / label / state.parent.name / state.name
+    if not target.exists():
+        shutil.copytree(state, target.with_name(target.name + ".tmp"), dirs_exist_ok=True)
+        target.with_name(target.name + ".tmp").rename(target)
+
+
 def sitting(work: Path, part: str) -> AbstractContextManager[None]:
     """One sitting of each part (pre-training, fine-tuning) at a time in a work folder:
     `runner.hold` on a folder of the part's own, which no run inside the sitting takes."""
@@ -223,14 +245,15 @@ def architecture(settings: CurveSettings, vocab_size: int) -> BertConfig:
 
 def run_config(settings: CurveSettings, work: Path, run: Path, max_steps: int,
                stop_at: float | None = None, log_every: int = 20,
-               save_every: int = 200) -> PretrainConfig:
+               save_every: int = 200, decay_from: tuple[int, float] | None = None
+               ) -> PretrainConfig:
     """The curve's recipe as one pre-training run into `run` (continued when it holds a
     checkpoint, started when it holds none: `--resume auto`)."""
     train = pretrain_train_config(
         str(run), max_steps=max_steps, batch_size=settings.batch_size, lr=settings.lr,
         warmup_ratio=settings.warmup_ratio, seed=settings.seed, precision=settings.precision,
         log_every=log_every, save_every=save_every, keep=1, eval_every=0, progress=False,
-        resume=RESUME_AUTO, stop_at_cpu_seconds=stop_at)
+        resume=RESUME_AUTO, stop_at_cpu_seconds=stop_at, decay_from=decay_from)
     shape = ({"init": settings.init} if settings.init is not None else
              {"config_file": str(pipeline.architecture_file(run))})
     return PretrainConfig(data=str(work / "shards"), train=train, **shape,
@@ -288,6 +311,8 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
         spent += result.cpu_seconds - before
         if result.cpu_seconds < hours * HOUR and result.step < steps:
             continue  # stopped for the sitting's limit: the next check returns
+        if result.checkpoint is not None:
+            keep_state(work, label, result.checkpoint)
         point = work / "points" / label
         shutil.rmtree(point, ignore_errors=True)
         shutil.copytree(work / "run" / "model", point)
@@ -390,7 +415,7 @@ def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSet
     """Fine-tune the random-init twin and every recorded point not yet done (of `points`, when
     given): the lr grid on the selection seed, then the reported seeds at the chosen rate."""
 
-    labels = [budget_label(h) for h in settings.budgets_hours]
+    labels = point_labels(settings)
     unknown = sorted(set(points or ()) - set(labels))
     if unknown:
         raise BertkitError(f"no budget {', '.join(unknown)} in this study ({', '.join(labels)})")
@@ -452,8 +477,7 @@ def curve_rows(store: ResultsStore, cells: ResultsStore, settings: CurveSettings
     guesses (with `work`, from the point's export), fine-tuned scores."""
     rnd = cells.scores(baseline(settings), ft.task)
     rows = []
-    for hours in settings.budgets_hours:
-        label = budget_label(hours)
+    for label in point_labels(settings):
         info = store.pretrain_info(label)
         if info is None:
             continue

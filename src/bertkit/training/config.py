@@ -49,6 +49,9 @@ class TrainConfig:
     # summed over its sittings, reach this; the lr schedule still runs to max_steps, so a
     # resumed run continues it. For budgets on shared machines, where wall time means little.
     stop_at_cpu_seconds: float | None = None
+    # A decay branch (optim.lr_at): from step S the rate falls linearly from R to 0 at
+    # max_steps. Set on a run resumed from another's state at step S to anneal it fully.
+    decay_from: tuple[int, float] | None = None
 
     def __post_init__(self) -> None:
         if self.max_steps is not None and self.max_steps < 1:
@@ -79,6 +82,11 @@ class TrainConfig:
                                    f"got {getattr(self, name)}")
         if self.stop_at_cpu_seconds is not None and not self.stop_at_cpu_seconds > 0:
             raise BertkitError(f"stop_at_cpu_seconds must be > 0, got {self.stop_at_cpu_seconds}")
+        if self.decay_from is not None:
+            start, rate = self.decay_from
+            if not (0 <= start < (self.max_steps or math.inf) and math.isfinite(rate) and rate > 0):
+                raise BertkitError(f"decay_from must be (step before max_steps, rate > 0), got "
+                                   f"{self.decay_from}")
         resolve_warmup(self.max_steps or 0, self.warmup_steps, self.warmup_ratio)
         check_resume(self.resume)
 

@@ -258,7 +258,7 @@ def _train_step(run: Run, micro_batches: list[dict[str, Any]], step_metrics) -> 
     statistics stay on the device (`stats.Pending`): no host sync inside a step."""
     cfg = run.config
     lr = lr_at(run.step, peak_lr=cfg.lr, warmup_steps=run.warmup, max_steps=cfg.max_steps,
-               schedule=cfg.schedule)
+               schedule=cfg.schedule, decay_from=cfg.decay_from)
     for group in run.optimizer.param_groups:
         group["lr"] = lr
     sums: dict[str, Any] = {"loss": 0.0}

@@ -27,18 +27,26 @@ SCHEDULES = ("linear", "google")
 
 
 def lr_at(step: int, *, peak_lr: float, warmup_steps: int, max_steps: int,
-          schedule: str = "linear") -> float:
+          schedule: str = "linear", decay_from: tuple[int, float] | None = None) -> float:
     """Learning rate for the update that takes the model from `step` to `step + 1` (0-based).
 
     Both shapes warm up linearly, `peak * step / warmup` for `step < warmup`. After it, "linear"
     decays from the full peak to 0 at `max_steps` (HF's `get_linear_schedule_with_warmup`);
     "google" is `peak * (1 - step / max_steps)`, the decay Google starts at step 0 and the warmup
     only hides (its `polynomial_decay` + `is_warmup` blend): the rate jumps down to
-    `(1 - W/T) * peak` when warmup ends, a mean rate of 0.455 peak instead of 0.5 at W = T/10."""
+    `(1 - W/T) * peak` when warmup ends, a mean rate of 0.455 peak instead of 0.5 at W = T/10.
+
+    `decay_from = (S, R)` makes a decay branch (the "cooldown" of Hägele et al. 2024, "Scaling
+    Laws and Compute-Optimal Training Beyond Fixed Training Durations"): from step S the rate
+    falls linearly from R to 0 at `max_steps`, whatever the shape would have been; a run resumed
+    from another run's state at step S with the rate R it had there anneals it fully."""
     if step < 0:
         raise ValueError(f"lr_at: step must be >= 0, got {step}")
     if schedule not in SCHEDULES:
         raise ValueError(f"lr_at: schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if decay_from is not None and step >= decay_from[0]:
+        start, rate = decay_from
+        return rate * max(0.0, (max_steps - step) / max(1, max_steps - start))
     if warmup_steps > 0 and step < warmup_steps:
         return peak_lr * step / warmup_steps
     if schedule == "google":

@@ -1,0 +1,135 @@
+"""Decay branches of the curve's points (docs/pretraining.md).
+
+The curve reads each point off one long run whose rate decays over the whole horizon, so at an
+early budget the rate is still near its peak: an export that no run sized for that budget would
+make. A branch continues the run from the state kept at a point (`curve.keep_state`) for
+`FRACTION` more steps while the rate falls linearly from where the run had it to 0 (the
+"cooldown" of Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed
+Training Durations": a constant or slowly decaying rate plus a short final decay matches a
+schedule sized for the budget). The annealed export is recorded as a point of its own,
+`<budget>+cool`, with its own step, tokens, CPU-seconds (the point's plus the branch's) and
+held-out MLM accuracy, and is fine-tuned like every point (`--finetune --points 2h+cool`). The
+main run is never touched: a branch is a run of its own in `branches/<budget>/`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from bertkit.errors import BertkitError
+from bertkit.io import atomic_write_text, claim_output_dir, release_output_dir
+from bertkit.studies import pipeline
+from bertkit.studies.curve import (
+    BRANCH,
+    CurveSettings,
+    budget_label,
+    keep_state,
+    run_config,
+    sitting,
+)
+from bertkit.studies.results import ResultsStore
+from bertkit.studies.runner import machine
+from bertkit.training.optim import lr_at, resolve_warmup
+from bertkit.training.pretrain import PRETRAIN_MARKER, run_pretraining
+from bertkit.training.state import list_checkpoints
+
+log = logging.getLogger(__name__)
+
+FRACTION = 0.2  # the branch's length, a fraction of the point's steps (Hägele et al.: 10-20%)
+# How far past a point the run's latest state may be and still start its branch: the run stops
+# at the first sync point after a budget (a log interval at most), and a sitting killed
+# right after resuming saves a few steps later.
+SLACK_STEPS = 50
+
+
+def branch_points(store: ResultsStore, settings: CurveSettings, work: Path,
+                  points: Sequence[str] | None = None) -> None:
+    """Run the decay branch of every recorded point (of `points`, budget labels, when given)
+    that has a kept state and no branch recorded yet; a killed branch resumes."""
+    labels = [budget_label(h) for h in settings.budgets_hours]
+    unknown = sorted(set(points or ()) - set(labels))
+    if unknown:
+        raise BertkitError(f"no budget {', '.join(unknown)} in this study ({', '.join(labels)}); "
+                           "name the points to branch from, e.g. 2h")
+    horizon = store.pretrain_info("horizon")
+    for label in labels:
+        info = store.pretrain_info(label)
+        if (info is None or (points is not None and label not in points)
+                or store.pretrain_info(label + BRANCH) is not None):
+            continue
+        if info["step"] >= int(horizon["steps"]):
+            log.info("%s: the run's last point, its rate already 0: no branch", label)
+            continue
+        folder = work / "branches" / label
+        plan = branch_plan(folder, work, label, info["step"], settings, int(horizon["steps"]))
+        if plan is None:
+            log.warning("%s: no training state kept at step %d (the run has moved on); its "
+                        "decay branch cannot start", label, info["step"])
+            continue
+        run_branch(store, settings, work, label, folder, plan)
+
+
+def branch_plan(folder: Path, work: Path, label: str, step: int, settings: CurveSettings,
+                horizon_steps: int) -> dict | None:
+    """Where the branch starts and ends and the rate it anneals from, written once
+    (`branch.json`) so that a resumed branch keeps them. Its start: the state kept at the point,
+    or else the run's latest state if it is at most `SLACK_STEPS` past the point (a study begun
+    before states were kept); None when there is neither."""
+    plan_file = folder / "branch.json"
+    if plan_file.is_file():
+        return json.loads(plan_file.read_text(encoding="utf-8"))
+    kept = list_checkpoints(folder)
+    if not kept:
+        with sitting(work, "pretrain"):  # (the run's states change only in its own sitting)
+            near = [(s, p) for s, p in list_checkpoints(work / "run")
+                    if step <= s <= step + SLACK_STEPS]
+            if not near:
+                return None
+            keep_state(work, label, near[0][1])
+        kept = list_checkpoints(folder)
+    start = kept[0][0]
+    warmup = resolve_warmup(horizon_steps, 0, settings.warmup_ratio)
+    plan = {"from_step": start, "steps": max(1, round(FRACTION * start)),
+            "from_lr": lr_at(start, peak_lr=settings.lr, warmup_steps=warmup,
+                             max_steps=horizon_steps)}
+    atomic_write_text(plan_file, json.dumps(plan) + "\n")
+    return plan
+
+
+def run_branch(store: ResultsStore, settings: CurveSettings, work: Path, label: str,
+               folder: Path, plan: dict) -> None:
+    """The branch as a run resumed from the kept state, its export recorded as `label+cool`."""
+    name = label + BRANCH
+    run = folder / "run"
+    start, end = plan["from_step"], plan["from_step"] + plan["steps"]
+    cfg = run_config(settings, work, run, end, decay_from=(start, plan["from_lr"]))
+    if not list_checkpoints(run):  # the kept state becomes the branch run's first state
+        shutil.rmtree(run, ignore_errors=True)
+        # the folder is claimed as this run's (its settings written) before the state arrives,
+        # so that the run resumes from it rather than refusing a folder it did not write
+        claim_output_dir(run, PRETRAIN_MARKER, dataclasses.asdict(cfg))
+        release_output_dir(run)
+        shutil.copytree(folder / "checkpoints", run / "checkpoints")
+    arch = pipeline.architecture_file(run)
+    if settings.init is None and not arch.is_file():
+        shutil.copyfile(pipeline.architecture_file(work / "run"), arch)
+    log.info("decay branch %s: steps %d to %d, the rate from %.3g to 0", name, start, end,
+             plan["from_lr"])
+    result = run_pretraining(cfg)
+    point = work / "points" / name
+    shutil.rmtree(point, ignore_errors=True)
+    shutil.copytree(run / "model", point)
+    store.put_pretrain(name, {
+        "hours": store.pretrain_info(label)["hours"], "step": result.step,
+        "tokens_seen": result.tokens_seen, "cpu_seconds": round(result.cpu_seconds, 1),
+        "train_seconds": round(result.train_seconds, 1), **plan,
+        **{k: round(v, 4) for k, v in result.metrics.items() if k.startswith("eval_")},
+        "machine": machine()})
+    shutil.rmtree(run, ignore_errors=True)  # (the kept state stays: another branch may start there)
+    log.info("point %s: step %d, %d tokens, %s", name, result.step, result.tokens_seen,
+             {k: v for k, v in result.metrics.items() if k.startswith("eval_")})

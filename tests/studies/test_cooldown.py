@@ -1,0 +1,73 @@
+"""Decay branches of the curve's points: a branch starts from the state kept at a point, anneals
+the rate from where the run had it to 0, and is recorded as a point of its own; the main run is
+not touched."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from bertkit.errors import BertkitError
+from bertkit.studies import cooldown, curve
+from bertkit.training.optim import lr_at
+from bertkit.training.state import list_checkpoints
+
+BUDGETS = (0.0006, 0.0012)  # CPU-hours: about 2 and 4 CPU-seconds
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture
+def study(shared_data, tmp_path):
+    text = (shared_data / "wikitext-2" / "wiki.test.raw").read_text(encoding="utf-8")[:60_000]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(text, encoding="utf-8")
+    settings = curve.CurveSettings(corpus=(str(corpus),), vocab_size=300, model="tiny",
+                                   batch_size=8, max_seq_length=32, budgets_hours=BUDGETS)
+    work = tmp_path / "work"
+    curve.prepare_data(settings, work)
+    store = curve.open_store(work, settings)
+    # one sitting that stops at the first point: the run's latest state is that point's
+    curve.pretrain_points(store, settings, work, hours_left=BUDGETS[0])
+    assert store.pretrain_info("0.0012h") is None
+    return settings, work, store
+
+
+def test_a_branch_anneals_the_run_from_the_state_kept_at_a_point(study):
+    settings, work, store = study
+    first = store.pretrain_info("0.0006h")
+    assert [s for s, _ in list_checkpoints(work / "branches" / "0.0006h")] == [first["step"]]
+    run_states = list_checkpoints(work / "run")
+    with pytest.raises(BertkitError, match="no budget 3h"):
+        cooldown.branch_points(store, settings, work, ["3h"])
+    cooldown.branch_points(store, settings, work, ["0.0006h"])
+    branch = store.pretrain_info("0.0006h+cool")
+    steps = max(1, round(cooldown.FRACTION * first["step"]))
+    assert branch["from_step"] == first["step"] and branch["step"] == first["step"] + steps
+    horizon = store.pretrain_info("horizon")["steps"]
+    assert branch["from_lr"] == pytest.approx(lr_at(
+        first["step"], peak_lr=settings.lr, warmup_steps=round(settings.warmup_ratio * horizon),
+        max_steps=horizon))
+    assert branch["tokens_seen"] > first["tokens_seen"]
+    assert branch["cpu_seconds"] > first["cpu_seconds"] and 0 <= branch["eval_mlm_acc"] <= 1
+    assert (work / "points" / "0.0006h+cool" / "config.json").is_file()
+    assert list_checkpoints(work / "run") == run_states  # the main run is untouched
+    rows = curve.curve_rows(store, curve.open_cells(work, curve.FinetuneSettings()), settings,
+                            curve.FinetuneSettings())
+    assert [r["budget"] for r in rows] == ["0.0006h", "0.0006h+cool"]
+    assert any(line.startswith("0.0006h+cool: step") for line in curve.status_lines(store))
+
+
+def test_a_study_begun_before_states_were_kept_branches_from_the_runs_state(study):
+    settings, work, store = study
+    shutil.rmtree(work / "branches")  # (as a study begun before states were kept)
+    point = store.pretrain_info("0.0006h")
+    cooldown.branch_points(store, settings, work)
+    assert store.pretrain_info("0.0006h+cool")["from_step"] == point["step"]
+    # once the run has moved more than a few steps past a point, its branch cannot start
+    curve.pretrain_points(store, settings, work)
+    shutil.rmtree(work / "branches")
+    store.data["pretrain"].pop("0.0006h+cool")
+    cooldown.branch_points(store, settings, work)
+    assert store.pretrain_info("0.0006h+cool") is None
