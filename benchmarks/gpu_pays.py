@@ -2,9 +2,9 @@
 GPU scale? Pre-train a small BERT on the book text for a fixed wall budget, then fine-tune it
 and the same architecture from random initialization on the SST-2 subset, each at the best rate
 of its own grid (chosen on a selection seed that is not reported), for a few seeds; the verdict
-gives both numbers. The recipe is the pre-training budget curve's (`bertkit.studies.curve`:
-MLM only, dynamic masking, no dropout, lr 1e-3, the demo's SST-2 subset), so the GPU point can
-sit on the CPU curve of docs/pretraining.md.
+gives both numbers. The recipe is the pre-training budget curve's (`bertkit.studies.curve` and
+`curve_finetune`: MLM only, dynamic masking, no dropout, lr 1e-3, the demo's SST-2 subset), so
+the GPU point can sit on the CPU curve of docs/pretraining.md.
 
     python benchmarks/gpu_pays.py --data ../shared/data --work /tmp/pays --out pays.json \\
         [--dry-run] [--deadline-s 300]
@@ -30,13 +30,8 @@ from bertkit.io import atomic_write_text
 from bertkit.metrics import mean_std
 from bertkit.studies import pipeline
 from bertkit.studies.ablate import task_files
-from bertkit.studies.curve import (
-    CurveSettings,
-    FinetuneSettings,
-    architecture,
-    gain,
-    prepare_data,
-)
+from bertkit.studies.curve import CurveSettings, architecture, prepare_data
+from bertkit.studies.curve_finetune import FinetuneSettings, gain
 from bertkit.studies.demo_finetune import select_lr
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.finetune import FinetuneConfig, finetune_train_config

@@ -23,6 +23,9 @@ def test_mean_std_and_formatting():
     assert report.format_mean_std([0.80, 0.84]) == "82.0 ± 2.8"
     assert report.format_mean_std([81.25], scale=1.0) == "81.2"
     assert report.format_mean_std([]) == "—"
+    assert report.format_gain({"gain": 2.31, "gain_se": 0.64}) == "+2.3 ± 0.6"
+    assert report.format_gain({"gain": -1.0, "gain_se": 0.4}) == "-1.0 ± 0.4"
+    assert report.format_gain({"scores": [80.0]}) == "—"  # fewer than two seeds a side
     with pytest.raises(ValueError):
         mean_std([])
     table = report.markdown_table(["a", "b|c"], [[1, "x"], [2, "y"]])

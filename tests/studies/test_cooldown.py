@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.studies import cooldown, curve
+from bertkit.studies import cooldown, curve, curve_finetune
 from bertkit.training.optim import lr_at
 from bertkit.training.state import list_checkpoints
 
@@ -53,8 +53,8 @@ def test_a_branch_anneals_the_run_from_the_state_kept_at_a_point(study):
     assert branch["cpu_seconds"] > first["cpu_seconds"] and 0 <= branch["eval_mlm_acc"] <= 1
     assert (work / "points" / "0.0006h+cool" / "config.json").is_file()
     assert list_checkpoints(work / "run") == run_states  # the main run is untouched
-    rows = curve.curve_rows(store, curve.open_cells(work, curve.FinetuneSettings()), settings,
-                            curve.FinetuneSettings())
+    ft = curve_finetune.FinetuneSettings()
+    rows = curve_finetune.curve_rows(store, curve_finetune.open_cells(work, ft), settings, ft)
     assert [r["budget"] for r in rows] == ["0.0006h", "0.0006h+cool"]
     assert any(line.startswith("0.0006h+cool: step") for line in curve.status_lines(store))
 

@@ -1,5 +1,6 @@
 """The pre-training budget curve: points at CPU-second budgets from one resumable run, sittings
-that stop and continue, the lock, the gain's standard error, the report."""
+that stop and continue, the lock, continued pre-training and its corpus, the bf16 curve's
+records. (Fine-tuning the points and the report: test_curve_finetune.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import multiprocessing
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.studies import curve
+from bertkit.studies import curve, curve_finetune
 
 BUDGETS = (0.0006, 0.0012)  # CPU-hours: about 2 and 4 CPU-seconds
 
@@ -42,7 +43,8 @@ def test_points_at_cpu_budgets_across_sittings(settings, tmp_path):
     assert 0 < first["step"] < last["step"] and first["tokens_seen"] < last["tokens_seen"]
     assert 0 <= first["eval_mlm_acc"] <= 1 and first["machine"]["cores"] >= 1
     assert (work / "points" / "0.0006h" / "config.json").is_file()
-    guesses = curve.first_guesses(work / "points" / "0.0006h")  # the export has its MLM head
+    # the export has its MLM head
+    guesses = curve_finetune.first_guesses(work / "points" / "0.0006h")
     assert len(guesses) == 5 and all(isinstance(g, str) and g for g in guesses)
     # a later sitting with the same settings finds nothing to do; other settings are refused
     curve.pretrain_points(curve.open_store(work, settings), settings, work)
@@ -77,82 +79,7 @@ def test_a_second_sitting_of_the_same_part_is_refused(tmp_path):
         pass
 
 
-def test_gain_and_its_standard_error():
-    g, se = curve.gain([80.0, 82.0, 84.0], [70.0, 71.0, 72.0])
-    assert g == pytest.approx(11.0)
-    assert se == pytest.approx(math.sqrt(4.0 / 3 + 1.0 / 3))  # Welch: s1²/n1 + s0²/n0
-
-
-def test_report_rows_and_table(tmp_path):
-    settings = curve.CurveSettings(corpus=("x",), budgets_hours=(0.5, 1.0))
-    ft = curve.FinetuneSettings(seeds=2)
-    store, cells = curve.open_store(tmp_path, settings), curve.open_cells(tmp_path, ft)
-    store.put_pretrain("0.5h", {"hours": 0.5, "step": 90, "tokens_seen": 1_500_000,
-                                "cpu_seconds": 1800.0, "eval_mlm_acc": 0.25})
-    for seed, (pre, rnd) in enumerate([(80.0, 75.0), (82.0, 77.0)]):
-        cells.put(cells.key("0.5h", "sst2", seed), {"score": pre})
-        cells.put(cells.key(curve.RANDOM, "sst2", seed), {"score": rnd})
-    rows = curve.curve_rows(store, cells, settings, ft)
-    assert [r["budget"] for r in rows] == ["0.5h"]  # 1h is not recorded yet
-    assert rows[0]["gain"] == pytest.approx(5.0)
-    table = curve.report_markdown(rows, ft).splitlines()
-    assert table[2].startswith("| 0.5h | 0.50 | 90 | 1.5M | 25.0 | — | 81.0 ± 1.4 | 76.0 ± 1.4 |")
-    assert curve.plot_curve(rows, tmp_path / "curve.png").stat().st_size > 1000
-
-
-def test_selected_lr_skips_collapsed_runs(tmp_path):
-    ft = curve.FinetuneSettings(lr_grid=(1e-4, 1e-3))
-    cells = curve.open_cells(tmp_path, ft)
-    cells.put(cells.key("random@lr0.0001", "sst2", ft.selection_seed), {"score": 60.0})
-    assert curve.selected_lr(cells, ft, "random") is None  # the grid is unfinished
-    cells.put(cells.key("random@lr0.001", "sst2", ft.selection_seed),
-              {"score": 70.0, "collapsed": True})
-    assert curve.selected_lr(cells, ft, "random") == 1e-4
-
-
-def test_report_rewrites_only_the_block_between_the_markers(tmp_path):
-    page = tmp_path / "pretraining.md"
-    page.write_text(f"# Title\n\nprose before\n\n{curve.CURVE_BEGIN}\nold table\n"
-                    f"{curve.CURVE_END}\n\nprose after\n")
-    rows = [{"budget": "1h", "cpu_hours": 1.0, "step": 7, "tokens": 2e6, "mlm_acc": 0.3,
-             "fill_mask": ["the", ","],
-             "scores": [80.0, 82.0], "random": [75.0, 77.0], "gain": 5.0, "gain_se": 1.4}]
-    curve.write_report(tmp_path, rows, curve.FinetuneSettings(), ["1h: step 7"])
-    text = page.read_text()
-    assert "old table" not in text and text.startswith("# Title\n\nprose before\n\n")
-    assert text.endswith(f"{curve.CURVE_END}\n\nprose after\n")
-    assert "| 1h | 1.00 | 7 | 2.0M | 30.0 | `the` `,` | 81.0 ± 1.4 | 76.0 ± 1.4 | +5.0 ± 1.4 | 2 |" in text
-    assert "- 1h: step 7" in text and (tmp_path / "pretrain_curve.json").is_file()
-    page.write_text(f"{curve.CURVE_BEGIN}\nno end\n")
-    with pytest.raises(BertkitError, match="without"):
-        curve.write_report(tmp_path, rows, curve.FinetuneSettings(), [])
-
-
-def test_the_demo_report_states_what_the_curves_measured(tmp_path):
-    from bertkit.studies.demo_report import curve_lines
-
-    fp32, bf16 = tmp_path / "pretrain_curve.json", tmp_path / "pretrain_curve_bf16.json"
-    assert "not found" in curve_lines([fp32, bf16])[0]
-    rows = [{"budget": "1h", "tokens": 2e6, "mlm_acc": 0.1, "gain": -1.0, "gain_se": 1.0},
-            {"budget": "4h", "tokens": 8e6, "mlm_acc": 0.3, "gain": 3.0, "gain_se": 1.0}]
-    fp32.write_text(json.dumps({"rows": rows[:1], "status": []}))  # (no settings: an old record)
-    assert curve_lines([fp32, bf16])[-1].startswith(
-        "No budget measured so far (up to 2.0M tokens) pays")
-    fp32.write_text(json.dumps({"rows": rows, "status": []}))
-    lines = curve_lines([fp32, bf16])
-    assert lines[-1] == "Own pre-training first paid at 8.0M tokens (4h of CPU, fp32): +3.0 ± 1.0 points."
-    assert "| 8.0M | fp32 | 4h | 30.0% | +3.0 ± 1.0 |" in lines[2]  # the table
-    # a bf16 curve's rows join by tokens seen; the first paying row is the fewest tokens
-    bf16_rows = [{"budget": "2h", "tokens": 5e6, "mlm_acc": 0.25, "gain": 2.5, "gain_se": 1.0}]
-    bf16.write_text(json.dumps({"settings": {"precision": "bf16"}, "rows": bf16_rows}))
-    lines = curve_lines([fp32, bf16])
-    assert lines[-1].startswith("Own pre-training first paid at 5.0M tokens (2h of CPU, bf16)")
-    assert lines[2].splitlines()[2:] == ["| 2.0M | fp32 | 1h | 10.0% | -1.0 ± 1.0 |",
-                                         "| 5.0M | bf16 | 2h | 25.0% | +2.5 ± 1.0 |",
-                                         "| 8.0M | fp32 | 4h | 30.0% | +3.0 ± 1.0 |"]
-
-
-def test_continued_pretraining_starts_from_the_model_and_compares_with_it(settings, tmp_path):
+def test_continued_pretraining_starts_from_the_model(settings, tmp_path):
     import torch
 
     from bertkit.config import BertConfig
@@ -181,8 +108,6 @@ def test_continued_pretraining_starts_from_the_model_and_compares_with_it(settin
     # about 0.023 away on average (two N(0, 0.02) draws)
     assert (after[name] - before[name]).abs().mean() < 0.005
     assert not torch.equal(after[name], before[name])
-    assert curve.baseline(cont) == curve.INIT and curve.baseline(settings) == curve.RANDOM
-    assert curve.report_name(cont)[0] == "continued_pretraining"
 
 
 def test_a_tasks_training_text_without_labels_is_the_continued_corpus(shared_data, tmp_path):
@@ -200,35 +125,9 @@ def test_a_tasks_training_text_without_labels_is_the_continued_corpus(shared_dat
     assert not any("\t" in s for d in docs for s in d.paragraphs)  # no label column
 
 
-def test_whole_task_rows_live_in_records_of_their_own(tmp_path):
-    settings = curve.CurveSettings(corpus=("x",), budgets_hours=(0.5, 1.0))
-    store = curve.open_store(tmp_path, settings)
-    store.put_pretrain("0.5h", {"hours": 0.5, "step": 90, "tokens_seen": 1_500_000,
-                                "cpu_seconds": 1800.0, "eval_mlm_acc": 0.25})
-    ft = curve.FinetuneSettings.whole("mrpc")
-    cells = curve.open_cells(tmp_path, ft)
-    for seed, (pre, rnd) in enumerate([(85.0, 80.0), (87.0, 82.0)]):
-        cells.put(cells.key("0.5h", "mrpc", seed), {"score": pre})
-        cells.put(cells.key(curve.RANDOM, "mrpc", seed), {"score": rnd})
-    assert ft.train_examples is None and cells.path.name == "cells-mrpc.json"
-    assert curve.open_cells(tmp_path, curve.FinetuneSettings()).path.name == "cells.json"
-    rows = curve.task_rows(store, settings, tmp_path)
-    assert [(r["task"], r["budget"], r["metric"]) for r in rows] == [("mrpc", "0.5h", "f1")]
-    assert rows[0]["gain"] == pytest.approx(5.0)
-    curve.write_report(tmp_path, [], curve.FinetuneSettings(), [], tasks=rows)
-    text = (tmp_path / "pretrain_curve.md").read_text()
-    assert "| 0.5h | 1.5M | mrpc | f1 | 86.0 ± 1.4 | 81.0 ± 1.4 | +5.0 ± 1.4 | 2 / 2 |" in text
-    assert json.loads((tmp_path / "pretrain_curve.json").read_text())["tasks"][0]["task"] == "mrpc"
-    with pytest.raises(BertkitError, match="no budget 3h"):  # before any work is done
-        curve.finetune_points(store, cells, settings, ft, tmp_path, tmp_path, points=["3h"])
-
-
 def test_a_bf16_curve_is_a_second_curve(tmp_path):
     fp32 = curve.CurveSettings(corpus=("x",))
     bf16 = dataclasses.replace(fp32, precision="bf16")
-    assert curve.report_name(fp32) == ("pretrain_curve", curve.CURVE_BEGIN, curve.CURVE_END)
-    assert curve.report_name(bf16) == ("pretrain_curve_bf16", "<!-- curve-bf16:begin -->",
-                                       "<!-- curve-bf16:end -->")
     assert curve.run_config(bf16, tmp_path, tmp_path / "run", 10).train.precision == "bf16"
     curve.open_store(tmp_path, fp32).put_pretrain("horizon", {"steps": 1})
     # the fp32 curve's records keep the shape they had before the field existed

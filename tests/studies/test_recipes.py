@@ -8,7 +8,7 @@ import json
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.studies import curve, recipes
+from bertkit.studies import curve, curve_finetune, recipes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -35,7 +35,7 @@ def test_a_small_study_pre_trains_fine_tunes_and_reports(shared_data, tmp_path):
     corpus.write_text(text, encoding="utf-8")
     base = curve.CurveSettings(corpus=(str(corpus),), vocab_size=300, model="tiny",
                                batch_size=8, max_seq_length=32)
-    ft = curve.FinetuneSettings(train_examples=32, epochs=1.0, lr_grid=(1e-3,), seeds=2)
+    ft = curve_finetune.FinetuneSettings(train_examples=32, epochs=1.0, lr_grid=(1e-3,), seeds=2)
     names, work = ("base", "mask40"), tmp_path / "work"
     recipes.run_recipes(base, BUDGET, names, work, shared_data, ft)
     recipes.run_recipes(base, BUDGET, names, work, shared_data, ft)  # done: nothing to redo

@@ -11,7 +11,7 @@ import torch
 
 from bertkit.cli.common import data_root
 from bertkit.errors import BertkitError
-from bertkit.studies import cooldown, curve, recipes
+from bertkit.studies import cooldown, curve, curve_finetune, recipes
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--finetune", action="store_true",
                    help="fine-tune the recorded points (and the random-init twin) instead of "
                    "pre-training; run it beside a pre-training sitting (its own lock and file)")
-    p.add_argument("--finetune-task", choices=curve.WHOLE_TASKS, default=None, metavar="TASK",
+    p.add_argument("--finetune-task", choices=curve_finetune.WHOLE_TASKS, default=None,
+                   metavar="TASK",
                    help="with --finetune: fine-tune on TASK's whole training set (one of "
-                   f"{', '.join(curve.WHOLE_TASKS)}) instead of the SST-2 subset: the rows at the "
-                   "budgets that matter (choose them with --points); its own records and lock, "
-                   "so it runs beside the subset's sitting")
+                   f"{', '.join(curve_finetune.WHOLE_TASKS)}) instead of the SST-2 subset: the "
+                   "rows at the budgets that matter (choose them with --points); its own records "
+                   "and lock, so it runs beside the subset's sitting")
     p.add_argument("--cooldown", action="store_true",
                    help="run the decay branch of each recorded point (or of --points): the run "
                    "continued from its state there for 20%% more steps with the rate falling "
@@ -109,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
                            "give one of them too")
     if args.task_text and not args.init:
         raise BertkitError("--task-text is for continued pre-training: give --init MODEL too")
-    ft = (curve.FinetuneSettings.whole(args.finetune_task) if args.finetune_task else
-          curve.FinetuneSettings())
+    ft = (curve_finetune.FinetuneSettings.whole(args.finetune_task) if args.finetune_task else
+          curve_finetune.FinetuneSettings())
     settings, work = study_settings(args)
     if args.name == "pretrain-recipes":
         return run_recipes(args, settings, ft, work)
@@ -128,8 +129,9 @@ def run(args: argparse.Namespace) -> int:
         labels = points(args)
         with curve.sitting(work, "-".join(filter(None, ("finetune", ft.name)))):
             torch.set_num_threads(settings.threads)
-            curve.finetune_points(curve.open_store(work, settings), curve.open_cells(work, ft),
-                                  settings, ft, work, data_root(args.data), labels)
+            curve_finetune.finetune_points(curve.open_store(work, settings),
+                                           curve_finetune.open_cells(work, ft), settings, ft,
+                                           work, data_root(args.data), labels)
         return 0
     with curve.sitting(work, "pretrain"):
         store = curve.open_store(work, settings)
@@ -179,27 +181,28 @@ def points(args: argparse.Namespace) -> list[str] | None:
 
 
 def report_curve(args: argparse.Namespace, settings: curve.CurveSettings,
-                 ft: curve.FinetuneSettings, work: Path) -> int:
+                 ft: curve_finetune.FinetuneSettings, work: Path) -> int:
     """--status (print what is recorded) and --report DIR (the table, PNG and records)."""
     store = curve.open_store(work, settings)
     print("\n".join(curve.status_lines(store)) or f"{work}: nothing recorded yet")
-    rows = curve.curve_rows(store, curve.open_cells(work, ft), settings, ft,
-                            work if args.report else None)
+    rows = curve_finetune.curve_rows(store, curve_finetune.open_cells(work, ft), settings, ft,
+                                     work if args.report else None)
     if rows:
-        print(curve.report_markdown(rows, ft))
+        print(curve_finetune.report_markdown(rows, ft))
     if args.report:
         args.report.mkdir(parents=True, exist_ok=True)
-        name = curve.report_name(settings)
+        name = curve_finetune.report_name(settings)
         png = args.report / f"{name[0]}.png"
-        curve.plot_curve(rows, png)
-        page = curve.write_report(args.report, rows, ft, curve.status_lines(store), name,
-                                  curve.task_rows(store, settings, work), settings)
+        curve_finetune.plot_curve(rows, png)
+        page = curve_finetune.write_report(args.report, rows, ft, curve.status_lines(store),
+                                           name, curve_finetune.task_rows(store, settings, work),
+                                           settings)
         print(f"wrote {page} and {png}")
     return 0
 
 
-def run_recipes(args: argparse.Namespace, base: curve.CurveSettings, ft: curve.FinetuneSettings,
-                work: Path) -> int:
+def run_recipes(args: argparse.Namespace, base: curve.CurveSettings,
+                ft: curve_finetune.FinetuneSettings, work: Path) -> int:
     """`bertkit study pretrain-recipes`: every variant to the budget, then fine-tuned; or its
     table (--status, --report)."""
     if not (math.isfinite(args.budget) and args.budget > 0):

@@ -19,7 +19,14 @@ from bertkit.studies.demo_config import (
     DemoConfig,
 )
 from bertkit.studies.probe import LayerDrift
-from bertkit.studies.report import markdown_table, plot_bars, plot_curves, read_records, write_markdown
+from bertkit.studies.report import (
+    format_gain,
+    markdown_table,
+    plot_bars,
+    plot_curves,
+    read_records,
+    write_markdown,
+)
 from bertkit.studies.results import ResultsStore
 
 
@@ -100,12 +107,12 @@ def curve_lines(records: Sequence[Path]) -> list[str]:
          "SST-2 gain over random init"],
         [(f"{r['tokens'] / 1e6:.1f}M", r["precision"], r["budget"],
           "—" if r.get("mlm_acc") is None else f"{100 * r['mlm_acc']:.1f}%",
-          f"{r['gain']:+.1f} ± {r['gain_se']:.1f}" if "gain" in r else "—") for r in rows])
+          format_gain(r)) for r in rows])
     paying = [r for r in rows if "gain" in r and r["gain"] > 2 * r["gain_se"]]
     first = paying[0] if paying else None
     verdict = (f"Own pre-training first paid at {first['tokens'] / 1e6:.1f}M tokens "
                f"({first['budget']} of CPU, {first['precision']}): "
-               f"{first['gain']:+.1f} ± {first['gain_se']:.1f} points." if first else
+               f"{format_gain(first)} points." if first else
                f"No budget measured so far (up to {rows[-1]['tokens'] / 1e6:.1f}M tokens) "
                "pays by more than 2 standard errors: own pre-training needs more CPU-hours here "
                "than the study has spent.")

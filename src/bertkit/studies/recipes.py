@@ -5,9 +5,9 @@ layout unchanged (every variant exports a BERT that `transformers` loads).
 Each variant is the curve's recipe (`curve.CurveSettings`) with one change, run as a curve of a
 single point: its own work folder under the study's, its lr schedule ending at the budget (a
 fixed-budget run decays fully, unlike a point read off the long curve), its export fine-tuned
-on the SST-2 subset beside its own random-init twin (`curve.finetune_points`; a variant that
-changes the vocabulary or the length has a twin of its own shape). So every piece is the
-curve's: resume, sittings, locks, records, fine-tuning. The table compares the variants by
+on the SST-2 subset beside its own random-init twin (`curve_finetune.finetune_points`; a
+variant that changes the vocabulary or the length has a twin of its own shape). So every piece
+is the curve's: resume, sittings, locks, records, fine-tuning. The table compares the variants by
 held-out MLM accuracy (on the variant's own held-out split: a vocabulary change changes what is
 predicted, so read those rows by the SST-2 gain) and by the SST-2 gain.
 """
@@ -23,8 +23,8 @@ from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text
-from bertkit.studies import curve
-from bertkit.studies.report import format_mean_std, markdown_table, write_block
+from bertkit.studies import curve, curve_finetune
+from bertkit.studies.report import format_gain, format_mean_std, markdown_table, write_block
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def variant_settings(base: curve.CurveSettings, name: str, budget_hours: float
 
 
 def run_recipes(base: curve.CurveSettings, budget_hours: float, names: Sequence[str],
-                work: Path, data: Path, ft: curve.FinetuneSettings) -> None:
+                work: Path, data: Path, ft: curve_finetune.FinetuneSettings) -> None:
     """Every variant in turn: pre-train it to the budget, then fine-tune it and its twin. A
     killed study continues where it stopped (each variant is a curve, which resumes)."""
     for name in names:
@@ -80,11 +80,12 @@ def run_recipes(base: curve.CurveSettings, budget_hours: float, names: Sequence[
             curve.prepare_data(settings, folder)
             curve.pretrain_points(store, settings, folder)
         with curve.sitting(folder, "finetune"):
-            curve.finetune_points(store, curve.open_cells(folder, ft), settings, ft, folder, data)
+            curve_finetune.finetune_points(store, curve_finetune.open_cells(folder, ft), settings,
+                                           ft, folder, data)
 
 
 def recipe_rows(base: curve.CurveSettings, budget_hours: float, names: Sequence[str],
-                work: Path, ft: curve.FinetuneSettings, guesses: bool = False
+                work: Path, ft: curve_finetune.FinetuneSettings, guesses: bool = False
                 ) -> list[dict[str, Any]]:
     """One row per variant with its point recorded (the curve's row, plus the variant, its
     change and its held-out MLM accuracy's difference from the base)."""
@@ -94,13 +95,14 @@ def recipe_rows(base: curve.CurveSettings, budget_hours: float, names: Sequence[
         if not (folder / "study.json").is_file():
             continue
         store = curve.open_store(folder, settings)
-        for row in curve.curve_rows(store, curve.open_cells(folder, ft), settings, ft,
-                                    folder if guesses else None):
+        for row in curve_finetune.curve_rows(store, curve_finetune.open_cells(folder, ft),
+                                             settings, ft, folder if guesses else None):
             rows.append({**row, "variant": name, "change": VARIANTS[name][1]})
     return rows
 
 
-def recipes_markdown(rows: Sequence[dict[str, Any]], ft: curve.FinetuneSettings) -> str:
+def recipes_markdown(rows: Sequence[dict[str, Any]],
+                     ft: curve_finetune.FinetuneSettings) -> str:
     base = next((r for r in rows if r["variant"] == "base"), None)
     table = []
     for r in rows:
@@ -111,7 +113,7 @@ def recipes_markdown(rows: Sequence[dict[str, Any]], ft: curve.FinetuneSettings)
                       acc, " ".join(f"`{g}`" for g in r.get("fill_mask", [])) or "—",
                       format_mean_std(r["scores"], scale=1.0),
                       format_mean_std(r["random"], scale=1.0),
-                      f"{r['gain']:+.1f} ± {r['gain_se']:.1f}" if "gain" in r else "—",
+                      format_gain(r),
                       len(r["scores"])])
     return markdown_table(["variant", "change", "steps", "tokens",
                            "held-out MLM acc. (%) (vs base)", "fill-mask, first guesses",
@@ -120,7 +122,7 @@ def recipes_markdown(rows: Sequence[dict[str, Any]], ft: curve.FinetuneSettings)
 
 
 def write_recipes_report(folder: Path, rows: Sequence[dict[str, Any]],
-                         ft: curve.FinetuneSettings, base: curve.CurveSettings,
+                         ft: curve_finetune.FinetuneSettings, base: curve.CurveSettings,
                          budget_hours: float) -> Path:
     """The table into `folder/pretraining.md` between the recipe markers (or
     `folder/pretrain_recipes.md`), the records beside it in `pretrain_recipes.json`."""

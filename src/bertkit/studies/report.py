@@ -30,6 +30,11 @@ def format_mean_std(values: Sequence[float], scale: float = 100.0, digits: int =
     return f"{mean:.{digits}f}" if len(values) == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
+def format_gain(row: Mapping[str, Any]) -> str:
+    """A row's gain and its standard error, "+2.3 ± 0.6" (points); "—" for a row without one."""
+    return f"{row['gain']:+.1f} ± {row['gain_se']:.1f}" if "gain" in row else "—"
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A GitHub-flavoured Markdown table (every cell str()-ed, pipes escaped)."""
     def cell(value: Any) -> str:

@@ -1,0 +1,293 @@
+"""Fine-tuning the pre-training curve's points, and the curve's report (docs/pretraining.md).
+
+Each point `curve.pretrain_points` recorded (and each decay branch, `cooldown`) is fine-tuned
+beside the same architecture from random initialization (or, for continued pre-training, the
+--init model as it came): on the SST-2 subset, or on a whole task's training set
+(`FinetuneSettings.whole`), each model at the best rate of its own grid chosen on a selection
+seed that is not reported (`finetune_points`). The records are `cells.json` (the SST-2 subset)
+or `cells-TASK.json` (a whole task) in the curve's work folder, their runs under `cells/`
+(deleted as they finish).
+
+The report: one row per point with its held-out MLM accuracy, first fill-mask guesses and the
+fine-tuned scores against the baseline's (`curve_rows`, the gain with Welch's standard error),
+as a Markdown table, a plot, and a block of docs/pretraining.md (`write_report`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError
+from bertkit.inference.pretraining import fill_mask, load_pretraining_model
+from bertkit.io import atomic_write_text
+from bertkit.metrics import mean_std
+from bertkit.studies import pipeline
+from bertkit.studies.ablate import task_files
+from bertkit.studies.curve import HOUR, CurveSettings, architecture, point_labels
+from bertkit.studies.demo_config import FILL_MASK
+from bertkit.studies.demo_finetune import select_lr
+from bertkit.studies.report import (
+    format_gain,
+    format_mean_std,
+    markdown_table,
+    pyplot,
+    save_figure,
+    write_block,
+)
+from bertkit.studies.results import ResultsStore
+from bertkit.studies.runner import machine
+from bertkit.tasks import get_task
+from bertkit.tokenization import BertTokenizer
+from bertkit.training.finetune import FinetuneConfig, finetune_train_config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FinetuneSettings:
+    """How every point and its random-init twin are fine-tuned: the demo's SST-2 subset, each
+    model at the best rate of its own grid, chosen on a selection seed that is not reported."""
+
+    task: str = "sst2"
+    train_examples: int | None = 2000  # None: the task's whole training set
+    epochs: float = 3.0
+    lr_grid: tuple[float, ...] = (1e-4, 3e-4, 1e-3)
+    seeds: int = 5  # reported seeds 0..seeds-1
+    selection_seed: int = 100
+
+    @classmethod
+    def whole(cls, task: str) -> FinetuneSettings:
+        """`task`'s whole training set, otherwise the same recipe: the rows at the budgets that
+        matter (SST-2, MRPC, STS-B, CoNLL-2003)."""
+        return cls(task=task, train_examples=None)
+
+    @property
+    def name(self) -> str:
+        """The settings' records (`cells.json` for the SST-2 subset, `cells-TASK.json` for a
+        whole task), their sitting and their run folders are named after this."""
+        return "" if self.train_examples is not None else self.task
+
+
+WHOLE_TASKS = ("sst2", "mrpc", "stsb", "conll2003")
+
+
+RANDOM = "random"  # the variant name of the same architecture, never pre-trained
+INIT = "init"  # continued pre-training's baseline: the --init model as it came
+
+
+def baseline(settings: CurveSettings) -> str:
+    """The variant every point is compared with: the random-init twin, or the --init model."""
+    return RANDOM if settings.init is None else INIT
+
+
+def open_cells(work: Path, settings: FinetuneSettings) -> ResultsStore:
+    """The fine-tuning records: a store of their own, so that the fine-tuning sitting and the
+    pre-training sitting each write only their own file."""
+    suffix = f"-{settings.name}" if settings.name else ""
+    return ResultsStore(work / f"cells{suffix}.json", dataclasses.asdict(settings))
+
+
+def grid_variant(variant: str, lr: float) -> str:
+    return f"{variant}@lr{lr:g}"
+
+
+def selected_lr(cells: ResultsStore, ft: FinetuneSettings, variant: str) -> float | None:
+    """The rate whose selection run scored best (a collapsed run only if all collapsed)."""
+    runs = {lr: cells.data["cells"].get(cells.key(grid_variant(variant, lr), ft.task,
+                                                  ft.selection_seed)) for lr in ft.lr_grid}
+    if any(r is None for r in runs.values()):
+        return None
+    return select_lr(runs)
+
+
+def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSettings,
+                    ft: FinetuneSettings, work: Path, data: Path,
+                    points: Sequence[str] | None = None) -> None:
+    """Fine-tune the random-init twin and every recorded point not yet done (of `points`, when
+    given): the lr grid on the selection seed, then the reported seeds at the chosen rate."""
+
+    labels = point_labels(settings)
+    unknown = sorted(set(points or ()) - set(labels))
+    if unknown:
+        raise BertkitError(f"no budget {', '.join(unknown)} in this study ({', '.join(labels)})")
+    tokenizer = BertTokenizer.from_pretrained(work / "vocab")
+    if settings.init is not None:
+        models = {INIT: Path(settings.init)}
+    else:
+        models = {RANDOM: pipeline.random_init(architecture(settings, tokenizer.vocab_size),
+                                               tokenizer, work / "points" / RANDOM,
+                                               seed=settings.seed)}
+    for label in labels:
+        if store.pretrain_info(label) is not None and (points is None or label in points):
+            models[label] = work / "points" / label
+    files, _ = task_files(ft.task, data)
+    recipe = FinetuneConfig(ft.task, "", "", train=finetune_train_config(precision="fp32",
+                            progress=False), epochs=ft.epochs, max_seq_length=128,
+                            max_train_examples=ft.train_examples, **files)
+
+    def cell(variant: str, model_dir: Path, lr: float, seed: int) -> None:
+        key = cells.key(variant, ft.task, seed)
+        if cells.has(key):
+            return
+        folder = work / "cells" / "-".join(filter(None, (ft.name, variant, f"s{seed}")))
+        record = pipeline.finetune_cell(recipe.with_run("", lr=lr), model_dir, ft.task, folder,
+                                        seed)
+        shutil.rmtree(folder, ignore_errors=True)
+        cells.put(key, {"lr": lr, "seed": seed, "score": round(record["score"], 3),
+                        "collapsed": bool(record.get("collapsed")),
+                        "seconds": record["seconds"], "machine": machine()})
+        log.info("%s lr %g seed %d: %s %.1f", variant, lr, seed, ft.task, record["score"])
+
+    for variant, model_dir in models.items():
+        for lr in ft.lr_grid:
+            cell(grid_variant(variant, lr), model_dir, lr, ft.selection_seed)
+        lr = selected_lr(cells, ft, variant)
+        for seed in range(ft.seeds):
+            cell(variant, model_dir, lr, seed)
+
+
+def gain(pre: Sequence[float], rnd: Sequence[float]) -> tuple[float, float]:
+    """Mean gain of the pre-trained model over random init and its standard error (Welch: the
+    two groups' seeds are independent runs)."""
+    (m1, s1), (m0, s0) = mean_std(pre), mean_std(rnd)
+    return m1 - m0, math.sqrt(s1 ** 2 / len(pre) + s0 ** 2 / len(rnd))
+
+
+def first_guesses(point: Path) -> list[str]:
+    """The point's first fill-mask guess on each of the demo's sentences (`FILL_MASK`): the
+    same piece everywhere is the unigram plateau; context-fitting words are the way off it."""
+    if not (point / "config.json").is_file():
+        return []
+    model, tokenizer = load_pretraining_model(point, "mlm")
+    return [fill_mask(model, tokenizer, text, k=1)[0][1][0][0] for text in FILL_MASK]
+
+
+def curve_rows(store: ResultsStore, cells: ResultsStore, settings: CurveSettings,
+               ft: FinetuneSettings, work: Path | None = None) -> list[dict[str, Any]]:
+    """One row per point: budget, step, tokens, held-out MLM accuracy, the first fill-mask
+    guesses (with `work`, from the point's export), fine-tuned scores."""
+    rnd = cells.scores(baseline(settings), ft.task)
+    rows = []
+    for label in point_labels(settings):
+        info = store.pretrain_info(label)
+        if info is None:
+            continue
+        pre = cells.scores(label, ft.task)
+        row = {"budget": label, "cpu_hours": info["cpu_seconds"] / HOUR, "step": info["step"],
+               "tokens": info["tokens_seen"], "mlm_acc": info.get("eval_mlm_acc"),
+               "fill_mask": first_guesses(work / "points" / label) if work else [],
+               "scores": pre, "random": rnd,
+               "baseline": "random init" if settings.init is None else "before (as it came)"}
+        if len(pre) >= 2 and len(rnd) >= 2:
+            row["gain"], row["gain_se"] = gain(pre, rnd)
+        rows.append(row)
+    return rows
+
+
+def report_markdown(rows: Sequence[dict[str, Any]], ft: FinetuneSettings) -> str:
+    table = []
+    for r in rows:
+        acc = "—" if r["mlm_acc"] is None else f"{100 * r['mlm_acc']:.1f}"
+        score = format_mean_std(r["scores"], scale=1.0) if r["scores"] else "—"
+        rnd = format_mean_std(r["random"], scale=1.0) if r["random"] else "—"
+        g = format_gain(r)
+        guesses = " ".join(f"`{g}`" for g in r.get("fill_mask", [])) or "—"
+        table.append([r["budget"], f"{r['cpu_hours']:.2f}", r["step"], f"{r['tokens'] / 1e6:.1f}M",
+                      acc, guesses, score, rnd, g, len(r["scores"])])
+    return markdown_table(["budget", "CPU-h", "step", "tokens", "held-out MLM acc. (%)",
+                           "fill-mask, first guesses", f"{ft.task} pre-trained",
+                           f"{ft.task} {rows[0].get('baseline', 'random init') if rows else ''}",
+                           "gain ± SE", "seeds"], table)
+
+
+def task_rows(store: ResultsStore, settings: CurveSettings, work: Path) -> list[dict[str, Any]]:
+    """The whole-task rows recorded (`FinetuneSettings.whole`): one per task and point with
+    scores, in the curve's row format plus the task and its metric."""
+    rows = []
+    for task in WHOLE_TASKS:
+        ft = FinetuneSettings.whole(task)
+        if not (work / f"cells-{ft.name}.json").is_file():
+            continue
+        for row in curve_rows(store, open_cells(work, ft), settings, ft):
+            if row["scores"]:
+                rows.append({**row, "task": task, "metric": get_task(task).main_metric})
+    return rows
+
+
+def task_markdown(rows: Sequence[dict[str, Any]]) -> str:
+    table = [[r["budget"], f"{r['tokens'] / 1e6:.1f}M", r["task"], r["metric"],
+              format_mean_std(r["scores"], scale=1.0),
+              format_mean_std(r["random"], scale=1.0) if r["random"] else "—",
+              format_gain(r),
+              f"{len(r['scores'])} / {len(r['random'])}"] for r in rows]
+    baseline_name = rows[0]["baseline"] if rows else "random init"
+    return markdown_table(["budget", "tokens", "task (whole training set)", "dev metric",
+                           "pre-trained", baseline_name, "gain ± SE", "seeds"], table)
+
+
+def plot_curve(rows: Sequence[dict[str, Any]], png: Path) -> Path | None:
+    """MLM accuracy and the fine-tuning gain against CPU-hours (log scale), one PNG."""
+    plt = pyplot()
+    if plt is None or not rows:
+        return None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    hours = [r["cpu_hours"] for r in rows]
+    left.plot(hours, [100 * (r["mlm_acc"] or 0) for r in rows], "o-")
+    left.set(xscale="log", xlabel="pre-training CPU-hours", ylabel="held-out MLM accuracy (%)")
+    scored = [r for r in rows if "gain" in r]
+    if scored:
+        right.errorbar([r["cpu_hours"] for r in scored], [r["gain"] for r in scored],
+                       yerr=[2 * r["gain_se"] for r in scored], fmt="o-", capsize=3)
+    right.axhline(0, color="grey", lw=0.8)
+    right.set(xscale="log", xlabel="pre-training CPU-hours",
+              ylabel=f"gain over {rows[0].get('baseline', 'random init')} (points, ± 2 SE)")
+    for ax in (left, right):  # the budgets as plain numbers, not 3x10^-1 (log ticks overlap)
+        ax.set_xticks(hours, [f"{h:.2g}" for h in hours])
+        ax.minorticks_off()
+    fig.tight_layout()
+    return save_figure(fig, plt, png)
+
+
+CURVE_BEGIN, CURVE_END = "<!-- curve:begin -->", "<!-- curve:end -->"
+CONTINUED_BEGIN, CONTINUED_END = "<!-- continued:begin -->", "<!-- continued:end -->"
+
+
+def report_name(settings: CurveSettings) -> tuple[str, str, str]:
+    """Where `--report` writes: the files' stem and the page's markers (the curve, or
+    continued pre-training: one page, two tables)."""
+    if settings.init is not None:
+        return "continued_pretraining", CONTINUED_BEGIN, CONTINUED_END
+    if settings.precision != "fp32":  # a second curve beside the first (same recipe otherwise)
+        tag = settings.precision
+        return f"pretrain_curve_{tag}", f"<!-- curve-{tag}:begin -->", f"<!-- curve-{tag}:end -->"
+    return "pretrain_curve", CURVE_BEGIN, CURVE_END
+
+
+def write_report(folder: Path, rows: Sequence[dict[str, Any]], ft: FinetuneSettings,
+                 status: Sequence[str],
+                 name: tuple[str, str, str] = ("pretrain_curve", CURVE_BEGIN, CURVE_END),
+                 tasks: Sequence[dict[str, Any]] = (),
+                 settings: CurveSettings | None = None) -> Path:
+    """The table (and the whole-task rows, `task_rows`, if any) and the run's status into
+    `folder/pretraining.md` between the markers of `name` (`report_name`; the page's prose
+    around them is kept), or into `folder/STEM.md` when there is no such page."""
+    stem, begin, end = name
+    whole = ["Whole tasks, at the budgets fine-tuned on them (`--finetune-task`):", "",
+             task_markdown(tasks), ""] if tasks else []
+    body = "\n".join([report_markdown(rows, ft), "", *whole, "Recorded points (`--status`):",
+                      "", *(f"- {line}" for line in status)])
+    # the records behind the table, beside it: a later sitting on a machine that lost the work
+    # folder still has them (and the settings they were made with)
+    recipe = {"settings": dataclasses.asdict(settings)} if settings else {}
+    atomic_write_text(folder / f"{stem}.json", json.dumps(
+        {**recipe, "rows": list(rows), "tasks": list(tasks), "status": list(status)}, indent=1,
+        default=str) + "\n")
+    return write_block(folder / "pretraining.md", begin, end, body, folder / f"{stem}.md")

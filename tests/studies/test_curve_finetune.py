@@ -1,0 +1,130 @@
+"""Fine-tuning the curve's points and the report: the gain's standard error, the rows and the
+table, the rate chosen on the selection seed, the page's block between its markers, the
+whole-task records, what the demo report reads off the records, each curve's page and
+baseline."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from bertkit.errors import BertkitError
+from bertkit.studies import curve, curve_finetune
+
+
+def test_gain_and_its_standard_error():
+    g, se = curve_finetune.gain([80.0, 82.0, 84.0], [70.0, 71.0, 72.0])
+    assert g == pytest.approx(11.0)
+    assert se == pytest.approx(math.sqrt(4.0 / 3 + 1.0 / 3))  # Welch: s1²/n1 + s0²/n0
+
+
+def test_report_rows_and_table(tmp_path):
+    settings = curve.CurveSettings(corpus=("x",), budgets_hours=(0.5, 1.0))
+    ft = curve_finetune.FinetuneSettings(seeds=2)
+    store, cells = curve.open_store(tmp_path, settings), curve_finetune.open_cells(tmp_path, ft)
+    store.put_pretrain("0.5h", {"hours": 0.5, "step": 90, "tokens_seen": 1_500_000,
+                                "cpu_seconds": 1800.0, "eval_mlm_acc": 0.25})
+    for seed, (pre, rnd) in enumerate([(80.0, 75.0), (82.0, 77.0)]):
+        cells.put(cells.key("0.5h", "sst2", seed), {"score": pre})
+        cells.put(cells.key(curve_finetune.RANDOM, "sst2", seed), {"score": rnd})
+    rows = curve_finetune.curve_rows(store, cells, settings, ft)
+    assert [r["budget"] for r in rows] == ["0.5h"]  # 1h is not recorded yet
+    assert rows[0]["gain"] == pytest.approx(5.0)
+    table = curve_finetune.report_markdown(rows, ft).splitlines()
+    assert table[2].startswith("| 0.5h | 0.50 | 90 | 1.5M | 25.0 | — | 81.0 ± 1.4 | 76.0 ± 1.4 |")
+    assert curve_finetune.plot_curve(rows, tmp_path / "curve.png").stat().st_size > 1000
+
+
+def test_selected_lr_skips_collapsed_runs(tmp_path):
+    ft = curve_finetune.FinetuneSettings(lr_grid=(1e-4, 1e-3))
+    cells = curve_finetune.open_cells(tmp_path, ft)
+    cells.put(cells.key("random@lr0.0001", "sst2", ft.selection_seed), {"score": 60.0})
+    assert curve_finetune.selected_lr(cells, ft, "random") is None  # the grid is unfinished
+    cells.put(cells.key("random@lr0.001", "sst2", ft.selection_seed),
+              {"score": 70.0, "collapsed": True})
+    assert curve_finetune.selected_lr(cells, ft, "random") == 1e-4
+
+
+def test_report_rewrites_only_the_block_between_the_markers(tmp_path):
+    page = tmp_path / "pretraining.md"
+    page.write_text(f"# Title\n\nprose before\n\n{curve_finetune.CURVE_BEGIN}\nold table\n"
+                    f"{curve_finetune.CURVE_END}\n\nprose after\n")
+    rows = [{"budget": "1h", "cpu_hours": 1.0, "step": 7, "tokens": 2e6, "mlm_acc": 0.3,
+             "fill_mask": ["the", ","],
+             "scores": [80.0, 82.0], "random": [75.0, 77.0], "gain": 5.0, "gain_se": 1.4}]
+    ft = curve_finetune.FinetuneSettings()
+    curve_finetune.write_report(tmp_path, rows, ft, ["1h: step 7"])
+    text = page.read_text()
+    assert "old table" not in text and text.startswith("# Title\n\nprose before\n\n")
+    assert text.endswith(f"{curve_finetune.CURVE_END}\n\nprose after\n")
+    assert "| 1h | 1.00 | 7 | 2.0M | 30.0 | `the` `,` | 81.0 ± 1.4 | 76.0 ± 1.4 | +5.0 ± 1.4 | 2 |" in text
+    assert "- 1h: step 7" in text and (tmp_path / "pretrain_curve.json").is_file()
+    page.write_text(f"{curve_finetune.CURVE_BEGIN}\nno end\n")
+    with pytest.raises(BertkitError, match="without"):
+        curve_finetune.write_report(tmp_path, rows, ft, [])
+
+
+def test_the_demo_report_states_what_the_curves_measured(tmp_path):
+    from bertkit.studies.demo_report import curve_lines
+
+    fp32, bf16 = tmp_path / "pretrain_curve.json", tmp_path / "pretrain_curve_bf16.json"
+    assert "not found" in curve_lines([fp32, bf16])[0]
+    rows = [{"budget": "1h", "tokens": 2e6, "mlm_acc": 0.1, "gain": -1.0, "gain_se": 1.0},
+            {"budget": "4h", "tokens": 8e6, "mlm_acc": 0.3, "gain": 3.0, "gain_se": 1.0}]
+    fp32.write_text(json.dumps({"rows": rows[:1], "status": []}))  # (no settings: an old record)
+    assert curve_lines([fp32, bf16])[-1].startswith(
+        "No budget measured so far (up to 2.0M tokens) pays")
+    fp32.write_text(json.dumps({"rows": rows, "status": []}))
+    lines = curve_lines([fp32, bf16])
+    assert lines[-1] == "Own pre-training first paid at 8.0M tokens (4h of CPU, fp32): +3.0 ± 1.0 points."
+    assert "| 8.0M | fp32 | 4h | 30.0% | +3.0 ± 1.0 |" in lines[2]  # the table
+    # a bf16 curve's rows join by tokens seen; the first paying row is the fewest tokens
+    bf16_rows = [{"budget": "2h", "tokens": 5e6, "mlm_acc": 0.25, "gain": 2.5, "gain_se": 1.0}]
+    bf16.write_text(json.dumps({"settings": {"precision": "bf16"}, "rows": bf16_rows}))
+    lines = curve_lines([fp32, bf16])
+    assert lines[-1].startswith("Own pre-training first paid at 5.0M tokens (2h of CPU, bf16)")
+    assert lines[2].splitlines()[2:] == ["| 2.0M | fp32 | 1h | 10.0% | -1.0 ± 1.0 |",
+                                         "| 5.0M | bf16 | 2h | 25.0% | +2.5 ± 1.0 |",
+                                         "| 8.0M | fp32 | 4h | 30.0% | +3.0 ± 1.0 |"]
+
+
+def test_whole_task_rows_live_in_records_of_their_own(tmp_path):
+    settings = curve.CurveSettings(corpus=("x",), budgets_hours=(0.5, 1.0))
+    store = curve.open_store(tmp_path, settings)
+    store.put_pretrain("0.5h", {"hours": 0.5, "step": 90, "tokens_seen": 1_500_000,
+                                "cpu_seconds": 1800.0, "eval_mlm_acc": 0.25})
+    ft = curve_finetune.FinetuneSettings.whole("mrpc")
+    cells = curve_finetune.open_cells(tmp_path, ft)
+    for seed, (pre, rnd) in enumerate([(85.0, 80.0), (87.0, 82.0)]):
+        cells.put(cells.key("0.5h", "mrpc", seed), {"score": pre})
+        cells.put(cells.key(curve_finetune.RANDOM, "mrpc", seed), {"score": rnd})
+    assert ft.train_examples is None and cells.path.name == "cells-mrpc.json"
+    subset = curve_finetune.FinetuneSettings()
+    assert curve_finetune.open_cells(tmp_path, subset).path.name == "cells.json"
+    rows = curve_finetune.task_rows(store, settings, tmp_path)
+    assert [(r["task"], r["budget"], r["metric"]) for r in rows] == [("mrpc", "0.5h", "f1")]
+    assert rows[0]["gain"] == pytest.approx(5.0)
+    curve_finetune.write_report(tmp_path, [], subset, [], tasks=rows)
+    text = (tmp_path / "pretrain_curve.md").read_text()
+    assert "| 0.5h | 1.5M | mrpc | f1 | 86.0 ± 1.4 | 81.0 ± 1.4 | +5.0 ± 1.4 | 2 / 2 |" in text
+    assert json.loads((tmp_path / "pretrain_curve.json").read_text())["tasks"][0]["task"] == "mrpc"
+    with pytest.raises(BertkitError, match="no budget 3h"):  # before any work is done
+        curve_finetune.finetune_points(store, cells, settings, ft, tmp_path, tmp_path,
+                                       points=["3h"])
+
+
+def test_each_curve_reports_to_a_page_of_its_own_against_its_own_baseline():
+    fp32 = curve.CurveSettings(corpus=("x",))
+    bf16 = dataclasses.replace(fp32, precision="bf16")
+    cont = dataclasses.replace(fp32, init="model")  # continued pre-training (--init)
+    assert curve_finetune.report_name(fp32) == ("pretrain_curve", curve_finetune.CURVE_BEGIN,
+                                                curve_finetune.CURVE_END)
+    assert curve_finetune.report_name(bf16) == ("pretrain_curve_bf16",
+                                                "<!-- curve-bf16:begin -->",
+                                                "<!-- curve-bf16:end -->")
+    assert curve_finetune.report_name(cont)[0] == "continued_pretraining"
+    assert curve_finetune.baseline(cont) == curve_finetune.INIT
+    assert curve_finetune.baseline(fp32) == curve_finetune.RANDOM
