@@ -10,6 +10,8 @@ from bertkit.cli.main import main
     (["--finetune-task", "mrpc"], "give --finetune too"),
     (["--points", "1h"], "give one of them too"),
     (["--cooldown", "--finetune"], "drop --finetune"),
+    (["--cooldown"], "no study here yet"),
+    (["--finetune"], "no study here yet"),
     (["--task-text", "sst2"], "give --init MODEL too"),
     (["--finetune", "--points", " , "], "name budgets"),
     (["--threads", "0", "--status"], "at least one thread"),

@@ -41,6 +41,8 @@ def test_a_branch_anneals_the_run_from_the_state_kept_at_a_point(study):
     run_states = list_checkpoints(work / "run")
     with pytest.raises(BertkitError, match="no budget 3h"):
         cooldown.branch_points(store, settings, work, ["3h"])
+    with pytest.raises(BertkitError, match="0.0012h recorded yet"):
+        cooldown.branch_points(store, settings, work, ["0.0012h"])
     cooldown.branch_points(store, settings, work, ["0.0006h"])
     branch = store.pretrain_info("0.0006h+cool")
     steps = max(1, round(cooldown.FRACTION * first["step"]))
@@ -69,5 +71,7 @@ def test_a_study_begun_before_states_were_kept_branches_from_the_runs_state(stud
     curve.pretrain_points(store, settings, work)
     shutil.rmtree(work / "branches")
     store.data["pretrain"].pop("0.0006h+cool")
-    cooldown.branch_points(store, settings, work)
+    cooldown.branch_points(store, settings, work)  # (all points: said in the log)
     assert store.pretrain_info("0.0006h+cool") is None
+    with pytest.raises(BertkitError, match="no training state kept"):  # (by name: an error)
+        cooldown.branch_points(store, settings, work, ["0.0006h"])

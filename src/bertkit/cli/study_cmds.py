@@ -117,16 +117,21 @@ def run(args: argparse.Namespace) -> int:
         return run_recipes(args, settings, ft, work)
     if args.status or args.report:
         return report_curve(args, settings, ft, work)
+    labels = points(args)  # (refused before anything is written)
+    if labels:
+        curve.check_points(settings, labels, branches=not args.cooldown)
+    if (args.cooldown or args.finetune) and not (work / "study.json").is_file():
+        raise BertkitError(f"{work}: no study here yet; its pre-training sitting (the same "
+                           "command without --cooldown / --finetune) starts it")
     if args.cooldown:
         with curve.sitting(work, "cooldown"):
             torch.set_num_threads(settings.threads)
             store = curve.open_store(work, settings)
-            cooldown.branch_points(store, settings, work, points(args))
+            cooldown.branch_points(store, settings, work, labels)
             for line in curve.status_lines(store):
                 log.info("%s", line)
         return 0
     if args.finetune:
-        labels = points(args)
         with curve.sitting(work, "-".join(filter(None, ("finetune", ft.name)))):
             torch.set_num_threads(settings.threads)
             curve_finetune.finetune_points(curve.open_store(work, settings),

@@ -27,7 +27,7 @@ from bertkit.studies import pipeline
 from bertkit.studies.curve import (
     BRANCH,
     CurveSettings,
-    budget_label,
+    check_points,
     keep_state,
     run_config,
     sitting,
@@ -51,27 +51,33 @@ def branch_points(store: ResultsStore, settings: CurveSettings, work: Path,
                   points: Sequence[str] | None = None) -> None:
     """Run the decay branch of every recorded point (of `points`, budget labels, when given)
     that has a kept state and no branch recorded yet; a killed branch resumes."""
-    labels = [budget_label(h) for h in settings.budgets_hours]
-    unknown = sorted(set(points or ()) - set(labels))
-    if unknown:
-        raise BertkitError(f"no budget {', '.join(unknown)} in this study ({', '.join(labels)}); "
-                           "name the points to branch from, e.g. 2h")
-    horizon = store.pretrain_info("horizon")
-    for label in labels:
+    labels = check_points(settings, points, branches=False)
+    recorded = [label for label in labels if store.pretrain_info(label) is not None]
+    missing = sorted(set(points or ()) - set(recorded))
+    if not recorded or missing:
+        raise BertkitError(f"{work}: {', '.join(missing) or 'no point'} recorded yet "
+                           f"(recorded: {', '.join(recorded) or 'none'}); pre-train first")
+    horizon = int(store.pretrain_info("horizon")["steps"])
+    cannot = []
+    for label in recorded:
         info = store.pretrain_info(label)
-        if (info is None or (points is not None and label not in points)
+        if ((points is not None and label not in points)
                 or store.pretrain_info(label + BRANCH) is not None):
             continue
-        if info["step"] >= int(horizon["steps"]):
+        if info["step"] >= horizon:
             log.info("%s: the run's last point, its rate already 0: no branch", label)
             continue
         folder = work / "branches" / label
-        plan = branch_plan(folder, work, label, info["step"], settings, int(horizon["steps"]))
+        plan = branch_plan(folder, work, label, info["step"], settings, horizon)
         if plan is None:
             log.warning("%s: no training state kept at step %d (the run has moved on); its "
                         "decay branch cannot start", label, info["step"])
+            cannot.append(label)
             continue
         run_branch(store, settings, work, label, folder, plan)
+    if points is not None and cannot:  # (asked for by name: not a silent success)
+        raise BertkitError(f"no decay branch for {', '.join(cannot)}: no training state kept "
+                           "there")
 
 
 def branch_plan(folder: Path, work: Path, label: str, step: int, settings: CurveSettings,

@@ -28,6 +28,7 @@ import dataclasses
 import logging
 import math
 import shutil
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +129,18 @@ def point_labels(settings: CurveSettings) -> list[str]:
     branch."""
     return [name for h in settings.budgets_hours for name in (budget_label(h),
                                                               budget_label(h) + BRANCH)]
+
+
+def check_points(settings: CurveSettings, points: Sequence[str] | None,
+                 branches: bool = True) -> list[str]:
+    """`points` (None: all) checked against the study's point labels, with or without the
+    decay branches; the labels they may name."""
+    labels = point_labels(settings) if branches else [budget_label(h)
+                                                      for h in settings.budgets_hours]
+    unknown = sorted(set(points or ()) - set(labels))
+    if unknown:
+        raise BertkitError(f"no budget {', '.join(unknown)} in this study ({', '.join(labels)})")
+    return labels
 
 
 def keep_state(work: Path, label: str, state: Path) -> None:

@@ -25,13 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError
 from bertkit.inference.pretraining import fill_mask, load_pretraining_model
 from bertkit.io import atomic_write_text
 from bertkit.metrics import mean_std
 from bertkit.studies import pipeline
 from bertkit.studies.ablate import task_files
-from bertkit.studies.curve import HOUR, CurveSettings, architecture, point_labels
+from bertkit.studies.curve import HOUR, CurveSettings, architecture, check_points, point_labels
 from bertkit.studies.demo_config import FILL_MASK
 from bertkit.studies.demo_finetune import select_lr
 from bertkit.studies.report import (
@@ -114,10 +113,7 @@ def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSet
     """Fine-tune the random-init twin and every recorded point not yet done (of `points`, when
     given): the lr grid on the selection seed, then the reported seeds at the chosen rate."""
 
-    labels = point_labels(settings)
-    unknown = sorted(set(points or ()) - set(labels))
-    if unknown:
-        raise BertkitError(f"no budget {', '.join(unknown)} in this study ({', '.join(labels)})")
+    labels = check_points(settings, points)
     tokenizer = BertTokenizer.from_pretrained(work / "vocab")
     if settings.init is not None:
         models = {INIT: Path(settings.init)}
