@@ -8,6 +8,8 @@ from bertkit.cli.main import main
 
 @pytest.mark.parametrize("args, says", [
     (["--finetune-task", "mrpc"], "give --finetune too"),
+    (["--finetune-dropout", "0.1"], "give --finetune too"),
+    (["--finetune", "--finetune-dropout", "1"], "must be in [0, 1)"),
     (["--points", "1h"], "give one of them too"),
     (["--cooldown", "--finetune"], "drop --finetune"),
     (["--cooldown"], "no study here yet"),

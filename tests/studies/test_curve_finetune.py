@@ -107,6 +107,15 @@ def test_whole_task_rows_live_in_records_of_their_own(tmp_path):
     rows = curve_finetune.task_rows(store, settings, tmp_path)
     assert [(r["task"], r["budget"], r["metric"]) for r in rows] == [("mrpc", "0.5h", "f1")]
     assert rows[0]["gain"] == pytest.approx(5.0)
+    # a fine-tuning dropout is a recipe with records of its own, listed beside the whole tasks
+    dropped = curve_finetune.FinetuneSettings(dropout=0.1)
+    cells_d = curve_finetune.open_cells(tmp_path, dropped)
+    assert cells_d.path.name == "cells-dropout0.1.json"
+    for seed in range(2):
+        cells_d.put(cells_d.key("0.5h", "sst2", seed), {"score": 70.0 + seed})
+    assert [(r["task"], r["budget"]) for r in curve_finetune.task_rows(store, settings, tmp_path)
+            ] == [("sst2 (2,000), dropout 0.1", "0.5h"), ("mrpc", "0.5h")]
+    assert curve_finetune.FinetuneSettings.whole("stsb", dropout=0.1).name == "stsb-dropout0.1"
     curve_finetune.write_report(tmp_path, [], subset, [], tasks=rows)
     text = (tmp_path / "pretrain_curve.md").read_text()
     assert "| 0.5h | 1.5M | mrpc | f1 | 86.0 ± 1.4 | 81.0 ± 1.4 | +5.0 ± 1.4 | 2 / 2 |" in text

@@ -82,6 +82,19 @@ def test_head_init_stream_is_independent_of_the_dropout_stream(tiny_dir):
     assert len(seeds) == 5 and 3 not in seeds
 
 
+def test_dropout_is_the_checkpoints_unless_the_run_sets_it(tiny_dir):
+    task = get_task("sst2")
+    own = load_model(task, tiny_dir, ["0", "1"], cfg()).config
+    assert own.hidden_dropout_prob == BertConfig.load(tiny_dir).hidden_dropout_prob
+    model = load_model(task, tiny_dir, ["0", "1"], cfg(dropout=0.3))
+    c = model.config
+    assert (c.hidden_dropout_prob, c.attention_probs_dropout_prob, c.classifier_dropout) == (
+        0.3, 0.3, 0.3)
+    assert model.dropout.p == 0.3  # (the classifier's)
+    with pytest.raises(BertkitError, match="--dropout must be in"):
+        cfg(dropout=1.0)
+
+
 def test_squad_dev_split_keeps_articles_whole():
     ex = [SquadExample(f"q{i}", "q", "c", ("c",), (0,), title=f"t{i // 3}") for i in range(12)]
     parts = split_dev(ex, 0.5, "dev.json")

@@ -71,6 +71,9 @@ def _add_finetune(subparsers) -> None:
                    help="no train file (e.g. SQuAD here): train on the dev file's first 1-F "
                    "(by article), evaluate on the rest; metrics.json says so")
     p.add_argument("--max-train-examples", type=int, default=None)
+    p.add_argument("--dropout", type=float, default=None, metavar="P",
+                   help="dropout while fine-tuning (hidden, attention, classifier; default: the "
+                   "checkpoint's own config: a model pre-trained without dropout has 0 there)")
     p.add_argument("--freeze-encoder", action="store_true",
                    help="feature-based: train only the head on a frozen encoder")
     p.add_argument("--features", default=FINETUNE_DEFAULTS.features, choices=["cls", "concat-last-4"],
@@ -194,7 +197,7 @@ def finetune_config(args: argparse.Namespace) -> tuple[FinetuneConfig, list[floa
         freeze_encoder=args.freeze_encoder, features=args.features,
         columns=_columns(args) or ColumnSpec(), predict_test=not args.no_test_predictions,
         keep_training_state=args.keep_training_state, group_by_length=args.group_by_length,
-        packed=not args.no_packing, **_feature_options(args))
+        packed=not args.no_packing, dropout=args.dropout, **_feature_options(args))
     for ep in epochs[1:]:
         dataclasses.replace(cfg, epochs=ep)
     return cfg, lrs, epochs

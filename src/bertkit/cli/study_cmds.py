@@ -50,6 +50,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    f"{', '.join(curve_finetune.WHOLE_TASKS)}) instead of the SST-2 subset: the "
                    "rows at the budgets that matter (choose them with --points); its own records "
                    "and lock, so it runs beside the subset's sitting")
+    p.add_argument("--finetune-dropout", type=float, default=None, metavar="P",
+                   help="with --finetune: fine-tune the points and the twin with dropout P "
+                   "(the curve pre-trains, and exports, without dropout, so by default they "
+                   "fine-tune without it); records of their own")
     p.add_argument("--cooldown", action="store_true",
                    help="run the decay branch of each recorded point (or of --points): the run "
                    "continued from its state there for 20%% more steps with the rate falling "
@@ -102,16 +106,19 @@ def run(args: argparse.Namespace) -> int:
                            "(fine-tune its points after, with --points BUDGET+cool)"
                            if args.finetune else "--cooldown branches the curve from random "
                            "init; a continued study (--init) is not branched")
-    if args.finetune_task and not args.finetune:
-        raise BertkitError("--finetune-task chooses what --finetune fine-tunes: give --finetune "
-                           "too")
+    if (args.finetune_task or args.finetune_dropout is not None) and not args.finetune:
+        raise BertkitError("--finetune-task and --finetune-dropout choose how --finetune "
+                           "fine-tunes: give --finetune too")
+    if args.finetune_dropout is not None and not 0 <= args.finetune_dropout < 1:
+        raise BertkitError(f"--finetune-dropout must be in [0, 1), got {args.finetune_dropout}")
     if args.points and not (args.finetune or args.cooldown):
         raise BertkitError("--points chooses what --finetune fine-tunes or --cooldown branches: "
                            "give one of them too")
     if args.task_text and not args.init:
         raise BertkitError("--task-text is for continued pre-training: give --init MODEL too")
-    ft = (curve_finetune.FinetuneSettings.whole(args.finetune_task) if args.finetune_task else
-          curve_finetune.FinetuneSettings())
+    drop = {"dropout": args.finetune_dropout}
+    ft = (curve_finetune.FinetuneSettings.whole(args.finetune_task, **drop) if args.finetune_task
+          else curve_finetune.FinetuneSettings(**drop))
     settings, work = study_settings(args)
     if args.name == "pretrain-recipes":
         return run_recipes(args, settings, ft, work)

@@ -61,18 +61,30 @@ class FinetuneSettings:
     lr_grid: tuple[float, ...] = (1e-4, 3e-4, 1e-3)
     seeds: int = 5  # reported seeds 0..seeds-1
     selection_seed: int = 100
+    # Fine-tuning dropout for the point and its twin alike (`FinetuneConfig.dropout`); None:
+    # the exported config's, which is the pre-training's (0 for the curve, after Cramming)
+    dropout: float | None = None
 
     @classmethod
-    def whole(cls, task: str) -> FinetuneSettings:
+    def whole(cls, task: str, **changes: Any) -> FinetuneSettings:
         """`task`'s whole training set, otherwise the same recipe: the rows at the budgets that
         matter (SST-2, MRPC, STS-B, CoNLL-2003)."""
-        return cls(task=task, train_examples=None)
+        return cls(task=task, train_examples=None, **changes)
 
     @property
     def name(self) -> str:
         """The settings' records (`cells.json` for the SST-2 subset, `cells-TASK.json` for a
-        whole task), their sitting and their run folders are named after this."""
-        return "" if self.train_examples is not None else self.task
+        whole task, `-dropoutP` added for a dropout of P), their sitting and their run folders
+        are named after this."""
+        parts = ([] if self.train_examples is not None else [self.task]) + (
+            [] if self.dropout is None else [f"dropout{self.dropout:g}"])
+        return "-".join(parts)
+
+    @property
+    def label(self) -> str:
+        """The recipe in a table: "mrpc", "sst2 (2,000), dropout 0.1"."""
+        size = "" if self.train_examples is None else f" ({self.train_examples:,})"
+        return self.task + size + ("" if self.dropout is None else f", dropout {self.dropout:g}")
 
 
 WHOLE_TASKS = ("sst2", "mrpc", "stsb", "conll2003")
@@ -91,7 +103,22 @@ def open_cells(work: Path, settings: FinetuneSettings) -> ResultsStore:
     """The fine-tuning records: a store of their own, so that the fine-tuning sitting and the
     pre-training sitting each write only their own file."""
     suffix = f"-{settings.name}" if settings.name else ""
-    return ResultsStore(work / f"cells{suffix}.json", dataclasses.asdict(settings))
+    recorded = dataclasses.asdict(settings)
+    if recorded["dropout"] is None:  # (added later: records made before it have no such key)
+        del recorded["dropout"]
+    return ResultsStore(work / f"cells{suffix}.json", recorded)
+
+
+def recorded_settings(work: Path) -> list[FinetuneSettings]:
+    """The fine-tuning recipes with records of their own in `work` (`cells-NAME.json`: a whole
+    task, a dropout), in the order of `WHOLE_TASKS`, the model's own dropout first."""
+    found = []
+    for path in work.glob("cells-*.json"):
+        recorded = json.loads(path.read_text(encoding="utf-8"))["settings"]
+        found.append(FinetuneSettings(**{**recorded, "lr_grid": tuple(recorded["lr_grid"])}))
+    order = {task: i for i, task in enumerate(WHOLE_TASKS)}
+    return sorted(found, key=lambda ft: (ft.train_examples is None, order.get(ft.task, 99),
+                                         ft.dropout is not None, ft.dropout or 0.0))
 
 
 def grid_variant(variant: str, lr: float) -> str:
@@ -127,7 +154,7 @@ def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSet
     files, _ = task_files(ft.task, data)
     recipe = FinetuneConfig(ft.task, "", "", train=finetune_train_config(precision="fp32",
                             progress=False), epochs=ft.epochs, max_seq_length=128,
-                            max_train_examples=ft.train_examples, **files)
+                            max_train_examples=ft.train_examples, dropout=ft.dropout, **files)
 
     def cell(variant: str, model_dir: Path, lr: float, seed: int) -> None:
         key = cells.key(variant, ft.task, seed)
@@ -205,16 +232,14 @@ def report_markdown(rows: Sequence[dict[str, Any]], ft: FinetuneSettings) -> str
 
 
 def task_rows(store: ResultsStore, settings: CurveSettings, work: Path) -> list[dict[str, Any]]:
-    """The whole-task rows recorded (`FinetuneSettings.whole`): one per task and point with
-    scores, in the curve's row format plus the task and its metric."""
+    """The rows of every recipe besides the subset's default (`recorded_settings`: the whole
+    tasks, a fine-tuning dropout): one per recipe and point with scores, in the curve's row
+    format plus the task, the recipe's label and the task's metric."""
     rows = []
-    for task in WHOLE_TASKS:
-        ft = FinetuneSettings.whole(task)
-        if not (work / f"cells-{ft.name}.json").is_file():
-            continue
+    for ft in recorded_settings(work):
         for row in curve_rows(store, open_cells(work, ft), settings, ft):
             if row["scores"]:
-                rows.append({**row, "task": task, "metric": get_task(task).main_metric})
+                rows.append({**row, "task": ft.label, "metric": get_task(ft.task).main_metric})
     return rows
 
 
@@ -225,7 +250,7 @@ def task_markdown(rows: Sequence[dict[str, Any]]) -> str:
               format_gain(r),
               f"{len(r['scores'])} / {len(r['random'])}"] for r in rows]
     baseline_name = rows[0]["baseline"] if rows else "random init"
-    return markdown_table(["budget", "tokens", "task (whole training set)", "dev metric",
+    return markdown_table(["budget", "tokens", "task (training examples, dropout)", "dev metric",
                            "pre-trained", baseline_name, "gain ± SE", "seeds"], table)
 
 
@@ -276,7 +301,8 @@ def write_report(folder: Path, rows: Sequence[dict[str, Any]], ft: FinetuneSetti
     `folder/pretraining.md` between the markers of `name` (`report_name`; the page's prose
     around them is kept), or into `folder/STEM.md` when there is no such page."""
     stem, begin, end = name
-    whole = ["Whole tasks, at the budgets fine-tuned on them (`--finetune-task`):", "",
+    whole = ["Whole tasks and other fine-tuning recipes, at the points fine-tuned with them "
+             "(`--finetune-task`, `--finetune-dropout`):", "",
              task_markdown(tasks), ""] if tasks else []
     body = "\n".join([report_markdown(rows, ft), "", *whole, "Recorded points (`--status`):",
                       "", *(f"- {line}" for line in status)])

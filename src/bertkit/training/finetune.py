@@ -101,6 +101,10 @@ class FinetuneConfig:
     # docs/results.md, "Fine-tuning stability".
     group_by_length: bool = False
     packed: bool = True  # dense layers on real tokens only, where the head's loss allows it
+    # Dropout while fine-tuning (hidden, attention and the classifier's); None: the checkpoint's
+    # own. A model pre-trained without dropout (Cramming's recipe, the pre-training curve's)
+    # exports 0, and would otherwise fine-tune without any.
+    dropout: float | None = None
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.epochs) and self.epochs > 0):
@@ -110,6 +114,8 @@ class FinetuneConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise BertkitError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise BertkitError(f"--dropout must be in [0, 1), got {self.dropout}")
         if self.split_dev is not None and not 0 < self.split_dev < 1:
             raise BertkitError(f"--split-dev must be between 0 and 1, got {self.split_dev}")
 
@@ -237,6 +243,9 @@ def load_model(task: Task, model_dir: str | Path, labels: list[str] | None,
         changes["label2id"] = {label: i for i, label in enumerate(labels)}
     elif task.regression:
         changes["id2label"], changes["label2id"] = {0: "score"}, {"score": 0}
+    if cfg is not None and cfg.dropout is not None:
+        changes.update(hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout,
+                       classifier_dropout=cfg.dropout)
     seed = stream_seed(cfg.train.seed if cfg is not None else 0, "head")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
