@@ -12,19 +12,13 @@ from bertkit.errors import BertkitError
 from bertkit.studies import cooldown, curve, curve_finetune
 from bertkit.training.optim import lr_at
 from bertkit.training.state import list_checkpoints
-
-BUDGETS = (0.0006, 0.0012)  # CPU-hours: about 2 and 4 CPU-seconds
+from tests.studies.conftest import BUDGETS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture
-def study(shared_data, tmp_path):
-    text = (shared_data / "wikitext-2" / "wiki.test.raw").read_text(encoding="utf-8")[:60_000]
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text(text, encoding="utf-8")
-    settings = curve.CurveSettings(corpus=(str(corpus),), vocab_size=300, model="tiny",
-                                   batch_size=8, max_seq_length=32, budgets_hours=BUDGETS)
+def study(settings, tmp_path):
     work = tmp_path / "work"
     curve.prepare_data(settings, work)
     store = curve.open_store(work, settings)

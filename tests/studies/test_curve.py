@@ -13,20 +13,9 @@ import pytest
 
 from bertkit.errors import BertkitError
 from bertkit.studies import curve, curve_finetune
-
-BUDGETS = (0.0006, 0.0012)  # CPU-hours: about 2 and 4 CPU-seconds
-
+from tests.studies.conftest import BUDGETS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture
-def settings(shared_data, tmp_path):
-    text = (shared_data / "wikitext-2" / "wiki.test.raw").read_text(encoding="utf-8")[:60_000]
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text(text, encoding="utf-8")
-    return curve.CurveSettings(corpus=(str(corpus),), vocab_size=300, model="tiny",
-                               batch_size=8, max_seq_length=32, budgets_hours=BUDGETS)
 
 
 def test_points_at_cpu_budgets_across_sittings(settings, tmp_path):
