@@ -36,6 +36,12 @@ def test_report_rows_and_table(tmp_path):
     table = curve_finetune.report_markdown(rows, ft).splitlines()
     assert table[2].startswith("| 0.5h | 0.50 | 90 | 1.5M | 25.0 | — | 81.0 ± 1.4 | 76.0 ± 1.4 |")
     assert curve_finetune.plot_curve(rows, tmp_path / "curve.png").stat().st_size > 1000
+    # a decay branch is a row of its own after its point, and a marker of its own in the plot
+    store.put_pretrain("0.5h+cool", {"hours": 0.5, "step": 108, "tokens_seen": 1_800_000,
+                                     "cpu_seconds": 2160.0, "eval_mlm_acc": 0.3})
+    rows = curve_finetune.curve_rows(store, cells, settings, ft)
+    assert [r["budget"] for r in rows] == ["0.5h", "0.5h+cool"] and "gain" not in rows[1]
+    assert curve_finetune.plot_curve(rows, tmp_path / "both.png").stat().st_size > 1000
 
 
 def test_selected_lr_skips_collapsed_runs(tmp_path):

@@ -30,7 +30,14 @@ from bertkit.io import atomic_write_text
 from bertkit.metrics import mean_std
 from bertkit.studies import pipeline
 from bertkit.studies.ablate import task_files
-from bertkit.studies.curve import HOUR, CurveSettings, architecture, check_points, point_labels
+from bertkit.studies.curve import (
+    BRANCH,
+    HOUR,
+    CurveSettings,
+    architecture,
+    check_points,
+    point_labels,
+)
 from bertkit.studies.demo_config import FILL_MASK
 from bertkit.studies.demo_finetune import select_lr
 from bertkit.studies.report import (
@@ -255,24 +262,33 @@ def task_markdown(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def plot_curve(rows: Sequence[dict[str, Any]], png: Path) -> Path | None:
-    """MLM accuracy and the fine-tuning gain against CPU-hours (log scale), one PNG."""
+    """MLM accuracy and the fine-tuning gain against CPU-hours (log scale), one PNG: the run's
+    points as a line, their decay branches (`+cool`) as separate markers."""
     plt = pyplot()
     if plt is None or not rows:
         return None
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    hours = [r["cpu_hours"] for r in rows]
-    left.plot(hours, [100 * (r["mlm_acc"] or 0) for r in rows], "o-")
+    for kind, style in (("the run", "o-"), ("decay branches", "s")):
+        group = [r for r in rows if r["budget"].endswith(BRANCH) == (kind != "the run")]
+        if not group:
+            continue
+        left.plot([r["cpu_hours"] for r in group], [100 * (r["mlm_acc"] or 0) for r in group],
+                  style, label=kind)
+        scored = [r for r in group if "gain" in r]
+        if scored:
+            right.errorbar([r["cpu_hours"] for r in scored], [r["gain"] for r in scored],
+                           yerr=[2 * r["gain_se"] for r in scored], fmt=style, capsize=3,
+                           label=kind)
     left.set(xscale="log", xlabel="pre-training CPU-hours", ylabel="held-out MLM accuracy (%)")
-    scored = [r for r in rows if "gain" in r]
-    if scored:
-        right.errorbar([r["cpu_hours"] for r in scored], [r["gain"] for r in scored],
-                       yerr=[2 * r["gain_se"] for r in scored], fmt="o-", capsize=3)
     right.axhline(0, color="grey", lw=0.8)
     right.set(xscale="log", xlabel="pre-training CPU-hours",
               ylabel=f"gain over {rows[0].get('baseline', 'random init')} (points, ± 2 SE)")
+    hours = sorted({round(r["cpu_hours"], 2) for r in rows})
     for ax in (left, right):  # the budgets as plain numbers, not 3x10^-1 (log ticks overlap)
         ax.set_xticks(hours, [f"{h:.2g}" for h in hours])
         ax.minorticks_off()
+    if any(r["budget"].endswith(BRANCH) for r in rows):
+        left.legend()
     fig.tight_layout()
     return save_figure(fig, plt, png)
 
