@@ -95,6 +95,16 @@ def test_the_demo_report_states_what_the_curves_measured(tmp_path):
     assert lines[2].splitlines()[2:] == ["| 2.0M | fp32 | 1h | 10.0% | -1.0 ± 1.0 |",
                                          "| 5.0M | bf16 | 2h | 25.0% | +2.5 ± 1.0 |",
                                          "| 8.0M | fp32 | 4h | 30.0% | +3.0 ± 1.0 |"]
+    # the other recipes' rows (the records' "tasks") are said too, paying or not
+    tasks = [{"budget": "2h", "tokens": 5e6, "task": "conll2003", "metric": "f1", "gain": 13.5,
+              "gain_se": 0.6}, {"budget": "2h", "tokens": 5e6, "task": "mrpc", "metric": "f1",
+                                "gain": -2.6, "gain_se": 0.5}]
+    bf16.write_text(json.dumps({"settings": {"precision": "bf16"}, "rows": bf16_rows,
+                                "tasks": tasks}))
+    assert curve_lines([fp32, bf16])[-1] == (
+        "Other fine-tuning recipes of the same points (whole training sets, fine-tuning dropout; "
+        "gain over random init): conll2003 +13.5 ± 0.6 f1 at 2h (5.0M tokens, bf16) (pays); "
+        "mrpc -2.6 ± 0.5 f1 at 2h (5.0M tokens, bf16).")
 
 
 def test_whole_task_rows_live_in_records_of_their_own(tmp_path):

@@ -92,12 +92,14 @@ def curve_lines(records: Sequence[Path]) -> list[str]:
     """What the pre-training study measured (its committed records: one file a curve), beside
     this run's single point: the first budget at which own pre-training paid, or that none has
     yet. Rows of all curves by tokens seen (the curves differ in CPU seconds a step)."""
-    rows = []
+    rows, others = [], []
     for record in records:
         if record.is_file():
             data = json.loads(record.read_text(encoding="utf-8"))
             precision = data.get("settings", {}).get("precision", "fp32")  # (older records)
             rows += [{**r, "precision": precision} for r in data["rows"]]
+            others += [{**r, "precision": precision} for r in data.get("tasks", [])
+                       if "gain" in r]
     if not rows:
         return ["(the pre-training study's records were not found: `bertkit study "
                 "pretrain-curve`, docs/pretraining.md)"]
@@ -120,7 +122,20 @@ def curve_lines(records: Sequence[Path]) -> list[str]:
             f"{', '.join(str(r) for r in records)}) pre-trains one `mini` BERT on the book text "
             "for CPU-hours, across sittings, and fine-tunes each budget's model and its "
             "random-init twin on this SST-2 subset (5 seeds each, each at the best rate of its "
-            "own grid):", "", table, "", verdict]
+            "own grid):", "", table, "", verdict, *other_recipes_line(others)]
+
+
+def other_recipes_line(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The study's other fine-tuning recipes (whole tasks, a fine-tuning dropout), each gain
+    said and whether it clears 2 standard errors: the subset is not the whole story."""
+    if not rows:
+        return []
+    said = [f"{r['task']} {format_gain(r)} {r.get('metric', '')} at {r['budget']} "
+            f"({r['tokens'] / 1e6:.1f}M tokens, {r['precision']})"
+            f"{' (pays)' if r['gain'] > 2 * r['gain_se'] else ''}"
+            for r in sorted(rows, key=lambda r: r["tokens"])]
+    return ["", "Other fine-tuning recipes of the same points (whole training sets, "
+            f"fine-tuning dropout; gain over random init): {'; '.join(said)}."]
 
 
 @dataclass
