@@ -56,9 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "fine-tune without it); records of their own")
     p.add_argument("--cooldown", action="store_true",
                    help="run the decay branch of each recorded point (or of --points): the run "
-                   "continued from its state there for 20%% more steps with the rate falling "
-                   "to 0 (Hägele et al. 2024), recorded as the point BUDGET+cool and fine-tuned "
-                   "like any point; beside the pre-training sitting (its own lock)")
+                   f"continued from its state there for {cooldown.FRACTION:.0%}% more steps "
+                   "with the rate falling to 0 (Hägele et al. 2024), recorded as the point "
+                   "BUDGET+cool and fine-tuned like any point; beside the pre-training sitting "
+                   "(its own lock)")
     p.add_argument("--points", default=None, metavar="LIST",
                    help="with --finetune: only these points, e.g. 1h,2h,2h+cool; with "
                    "--cooldown: the budgets to branch from (default: every recorded one)")
