@@ -68,6 +68,11 @@ def test_results_store_resumes_and_refuses_other_settings(tmp_path):
     assert again.scores("mlm", "sst2") == [80.0]
     with pytest.raises(BertkitError, match="other settings.*budget"):
         ResultsStore(path, {"budget": 2.0, "corpus": ["a.txt"]})
+    # a setting added later opens the store begun before it while at its default, not otherwise
+    later = {"budget": 1.0, "corpus": ["a.txt"], "dropout": None}
+    assert ResultsStore(path, later, added_later={"dropout": None}).has("mlm/sst2/0")
+    with pytest.raises(BertkitError, match="other settings.*dropout"):
+        ResultsStore(path, {**later, "dropout": 0.1}, added_later={"dropout": None})
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files left
 
 

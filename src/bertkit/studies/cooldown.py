@@ -29,12 +29,12 @@ from bertkit.studies.curve import (
     CurveSettings,
     check_points,
     keep_state,
+    record_point,
     run_config,
     sitting,
 )
 from bertkit.studies.results import ResultsStore
-from bertkit.studies.runner import machine
-from bertkit.training.optim import lr_at, resolve_warmup
+from bertkit.training.optim import lr_at
 from bertkit.training.pretrain import PRETRAIN_MARKER, run_pretraining
 from bertkit.training.state import list_checkpoints
 
@@ -99,10 +99,10 @@ def branch_plan(folder: Path, work: Path, label: str, step: int, settings: Curve
             keep_state(work, label, near[0][1])
         kept = list_checkpoints(folder)
     start = kept[0][0]
-    warmup = resolve_warmup(horizon_steps, 0, settings.warmup_ratio)
+    main = run_config(settings, work, work / "run", horizon_steps).train  # (the run's schedule)
     plan = {"from_step": start, "steps": max(1, round(FRACTION * start)),
-            "from_lr": lr_at(start, peak_lr=settings.lr, warmup_steps=warmup,
-                             max_steps=horizon_steps)}
+            "from_lr": lr_at(start, peak_lr=main.lr, warmup_steps=main.resolved_warmup,
+                             max_steps=main.max_steps, schedule=main.schedule)}
     atomic_write_text(plan_file, json.dumps(plan) + "\n")
     return plan
 
@@ -127,15 +127,5 @@ def run_branch(store: ResultsStore, settings: CurveSettings, work: Path, label: 
     log.info("decay branch %s: steps %d to %d, the rate from %.3g to 0", name, start, end,
              plan["from_lr"])
     result = run_pretraining(cfg)
-    point = work / "points" / name
-    shutil.rmtree(point, ignore_errors=True)
-    shutil.copytree(run / "model", point)
-    store.put_pretrain(name, {
-        "hours": store.pretrain_info(label)["hours"], "step": result.step,
-        "tokens_seen": result.tokens_seen, "cpu_seconds": round(result.cpu_seconds, 1),
-        "train_seconds": round(result.train_seconds, 1), **plan,
-        **{k: round(v, 4) for k, v in result.metrics.items() if k.startswith("eval_")},
-        "machine": machine()})
+    record_point(store, work, name, run, result, hours=store.pretrain_info(label)["hours"], **plan)
     shutil.rmtree(run, ignore_errors=True)  # (the kept state stays: another branch may start there)
-    log.info("point %s: step %d, %d tokens, %s", name, result.step, result.tokens_seen,
-             {k: v for k, v in result.metrics.items() if k.startswith("eval_")})

@@ -47,6 +47,7 @@ from bertkit.studies.results import ResultsStore
 from bertkit.studies.runner import hold, machine
 from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
+from bertkit.training.loop import TrainResult
 from bertkit.training.pretrain import PretrainConfig, pretrain_train_config, run_pretraining
 from bertkit.training.state import RESUME_AUTO, saved_cost
 
@@ -159,11 +160,7 @@ def sitting(work: Path, part: str) -> AbstractContextManager[None]:
 
 
 def open_store(work: Path, settings: CurveSettings) -> ResultsStore:
-    recorded = dataclasses.asdict(settings)
-    for key, default in ADDED_LATER.items():  # a study begun before them recorded no such key
-        if recorded[key] == default:
-            del recorded[key]
-    return ResultsStore(work / "study.json", recorded)
+    return ResultsStore(work / "study.json", dataclasses.asdict(settings), ADDED_LATER)
 
 
 # CurveSettings fields, at their defaults
@@ -296,17 +293,22 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
             continue  # stopped for the sitting's limit: the next check returns
         if result.checkpoint is not None:
             keep_state(work, label, result.checkpoint)
-        point = work / "points" / label
-        shutil.rmtree(point, ignore_errors=True)
-        shutil.copytree(work / "run" / "model", point)
-        store.put_pretrain(label, {
-            "hours": hours, "step": result.step, "tokens_seen": result.tokens_seen,
-            "cpu_seconds": round(result.cpu_seconds, 1),
-            "train_seconds": round(result.train_seconds, 1),
-            **{k: round(v, 4) for k, v in result.metrics.items() if k.startswith("eval_")},
-            "machine": machine()})
-        log.info("point %s: step %d, %d tokens, %s", label, result.step, result.tokens_seen,
-                 {k: v for k, v in result.metrics.items() if k.startswith("eval_")})
+        record_point(store, work, label, work / "run", result, hours=hours)
+
+
+def record_point(store: ResultsStore, work: Path, label: str, run: Path, result: TrainResult,
+                 **extra: Any) -> None:
+    """A point: the run's export copied to `points/<label>/`, its step, tokens, cost and
+    held-out metrics (and `extra`) recorded under `label`."""
+    point = work / "points" / label
+    shutil.rmtree(point, ignore_errors=True)
+    shutil.copytree(run / "model", point)
+    evals = {k: round(v, 4) for k, v in result.metrics.items() if k.startswith("eval_")}
+    store.put_pretrain(label, {
+        **extra, "step": result.step, "tokens_seen": result.tokens_seen,
+        "cpu_seconds": round(result.cpu_seconds, 1),
+        "train_seconds": round(result.train_seconds, 1), **evals, "machine": machine()})
+    log.info("point %s: step %d, %d tokens, %s", label, result.step, result.tokens_seen, evals)
 
 
 def corpus_files(data: Path) -> tuple[str, ...]:

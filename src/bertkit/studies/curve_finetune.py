@@ -110,10 +110,8 @@ def open_cells(work: Path, settings: FinetuneSettings) -> ResultsStore:
     """The fine-tuning records: a store of their own, so that the fine-tuning sitting and the
     pre-training sitting each write only their own file."""
     suffix = f"-{settings.name}" if settings.name else ""
-    recorded = dataclasses.asdict(settings)
-    if recorded["dropout"] is None:  # (added later: records made before it have no such key)
-        del recorded["dropout"]
-    return ResultsStore(work / f"cells{suffix}.json", recorded)
+    return ResultsStore(work / f"cells{suffix}.json", dataclasses.asdict(settings),
+                        added_later={"dropout": None})
 
 
 def recorded_settings(work: Path) -> list[FinetuneSettings]:

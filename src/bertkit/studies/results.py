@@ -22,8 +22,13 @@ class ResultsStore:
     """`results.json`: the settings, the pre-training plan and one record per finished cell,
     rewritten atomically after every change (a kill loses at most the cell in progress)."""
 
-    def __init__(self, path: str | Path, settings: dict[str, Any]):
+    def __init__(self, path: str | Path, settings: dict[str, Any],
+                 added_later: dict[str, Any] | None = None):
+        """`added_later`: settings added after stores were begun, with their defaults; one at
+        its default is left out of the record, so that a store begun before it still opens."""
         self.path = Path(path)
+        settings = {k: v for k, v in settings.items()
+                    if not (added_later and k in added_later and v == added_later[k])}
         settings = json.loads(json.dumps(settings, default=str))
         if self.path.is_file():
             data = json.loads(self.path.read_text(encoding="utf-8"))
