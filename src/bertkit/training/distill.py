@@ -13,13 +13,9 @@ Regression (one output): mean squared error to the teacher's score, T unused. As
 between the student's hidden states and the teacher's (`distill_loss.HiddenTransfer`: the
 teacher runs beside the student on each batch, since per-token states are too large to cache).
 
-Students (`--student`):
-- `layers:0,2,4`: the teacher's embeddings, those encoder layers (renumbered 0, 1, 2), its pooler
-  and its classifier: DistilBERT's initialization (Sanh et al. 2019) applied to a fine-tuned model;
-- a preset name (`tiny`, `mini`, ...): random initialization, the teacher's vocabulary;
-- a model folder (any hidden size): a pre-trained encoder with its own tokenizer ("pre-trained
-  distillation", Turc et al. 2019); the teacher's outputs are per example, so the two
-  tokenizations never need to agree.
+Students (`--student`, training/distill_student.py): teacher layers (`layers:0,2,4`,
+DistilBERT's initialization), a preset from random initialization, or a pre-trained encoder folder
+with its own tokenizer (Turc et al. 2019's "pre-trained distillation").
 
 The transfer set is the task's training examples plus, with `unlabelled`, texts only the teacher
 labels (Turc et al.). The teacher runs over it once; its logits (fp32, a few numbers per
@@ -31,7 +27,8 @@ The output folder follows fine-tuning's rules (`io.claim_output_dir`, `--resume`
 student (HF layout, loadable by `bertkit predict`/`serve` and by `transformers`), its dev
 `metrics.json` and predictions, `student_init/` (the student before training, which the
 baseline also starts from), `baseline/` (a plain `bertkit finetune` run, when asked for) and
-`results.json`: the scores side by side and the speed of both models through `predict`'s path.
+`results.json`: the scores side by side and the speed of both models through `predict`'s path
+(training/distill_report.py).
 """
 
 from __future__ import annotations
@@ -42,7 +39,6 @@ import json
 import logging
 import math
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -51,15 +47,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit.checkpoint import check_model_dir, check_vocab
-from bertkit.config import PRESETS, BertConfig
+from bertkit.checkpoint import check_vocab
+from bertkit.config import BertConfig
 from bertkit.data.corpus import FORMATS as CORPUS_FORMATS
 from bertkit.errors import BertkitError
 from bertkit.inference.finetuned import load_for, task_of
 from bertkit.io import check_output_dir, claim_output_dir, release_output_dir
-from bertkit.model import BertModel, attention_group_cost
+from bertkit.model import attention_group_cost
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task
-from bertkit.tasks.base import run_model
 from bertkit.tasks.feature_based import HEAD_KEY
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.distill_loss import (
@@ -70,6 +65,15 @@ from bertkit.training.distill_loss import (
     hidden_layer_map,
     masked_mean,
     soft_cross_entropy,
+)
+from bertkit.training.distill_report import measure_speed, summarize
+from bertkit.training.distill_student import (
+    StudentSpec,
+    build_student,
+    parse_student,
+    student_config,
+    student_from_layers,
+    student_tokenizer,
 )
 from bertkit.training.distill_targets import (
     CACHE_NAME,
@@ -86,7 +90,6 @@ from bertkit.training.distill_targets import (
     with_targets,
 )
 from bertkit.training.finetune import (
-    TASK_KEY,
     FinetuneConfig,
     Split,
     dev_evaluator,
@@ -106,14 +109,16 @@ from bertkit.training.state import RESUME_AUTO, resolve_resume
 from bertkit.training.stream import stream_seed
 
 # The loss lives in training/distill_loss.py, the transfer set and the teacher's outputs in
-# training/distill_targets.py; their names are imported from here too, with the run's.
+# training/distill_targets.py, the student in training/distill_student.py, the report in
+# training/distill_report.py; their names are imported from here too, with the run's.
 __all__ = ["CACHE_NAME", "IGNORE", "DistillConfig", "DistillationObjective", "HiddenTransfer",
            "StudentSpec",
            "UNLABELLED_FORMATS", "align_teacher", "build_student", "cached_teacher_outputs",
            "check_pairs", "compute_teacher_outputs", "corpus_examples", "distill_collate",
-           "distillation_loss", "fingerprint", "hidden_layer_map", "masked_mean", "no_label", "parse_student",
-           "read_unlabelled", "resolve_task", "run_distill", "soft_cross_entropy",
-           "teacher_targets", "with_targets"]
+           "distillation_loss", "fingerprint", "hidden_layer_map", "masked_mean",
+           "measure_speed", "no_label", "parse_student", "read_unlabelled", "resolve_task",
+           "run_distill", "soft_cross_entropy", "student_config", "student_from_layers",
+           "student_tokenizer", "summarize", "teacher_targets", "with_targets"]
 
 log = logging.getLogger(__name__)
 
@@ -169,33 +174,6 @@ class DistillConfig:
         return self.finetune.output_dir
 
 
-@dataclass(frozen=True)
-class StudentSpec:
-    kind: str  # "layers" | "preset" | "folder"
-    layers: tuple[int, ...] = ()
-    name: str = ""  # preset name or folder
-
-
-def parse_student(spec: str) -> StudentSpec:
-    """`layers:0,2,4`, a preset name, or a model folder; anything else is one clear error."""
-    if spec.startswith("layers:"):
-        try:
-            layers = tuple(int(x) for x in spec[len("layers:"):].split(","))
-        except ValueError:
-            raise BertkitError(f"--student {spec}: expected layers:I,J,... (teacher layer "
-                               "numbers from 0)") from None
-        if any(i < 0 for i in layers) or list(layers) != sorted(set(layers)):
-            raise BertkitError(f"--student {spec}: layer numbers must be >= 0, increasing and "
-                               "distinct")
-        return StudentSpec("layers", layers)
-    if spec in PRESETS:
-        return StudentSpec("preset", name=spec)
-    if Path(spec).is_dir():
-        return StudentSpec("folder", name=spec)
-    raise BertkitError(f"--student {spec}: not layers:I,J,..., a preset "
-                       f"({', '.join(PRESETS)}) or a model folder")
-
-
 def resolve_task(teacher_dir: str | Path, name: str | None, columns: ColumnSpec | None) -> Task:
     """The teacher's task (config.json's `bertkit_task`, or `name` for an HF folder), refused
     when its head has no soft targets to distill."""
@@ -211,54 +189,6 @@ def resolve_task(teacher_dir: str | Path, name: str | None, columns: ColumnSpec 
 
 def load_teacher(task: Task, teacher_dir: str | Path) -> tuple[nn.Module, BertTokenizer]:
     return load_for(task, teacher_dir)
-
-
-# --- the student -------------------------------------------------------------------------------
-
-
-def build_student(teacher: nn.Module, tokenizer: BertTokenizer, spec: StudentSpec, seed: int,
-                  folder: Path) -> Path:
-    """The student before training, as a model folder (weights and tokenizer) that both the
-    distillation and the baseline start from; a pre-trained folder is used as it is."""
-    if spec.kind == "folder":
-        check_model_dir(spec.name)
-        return Path(spec.name)
-    config = teacher.config
-    extra = {k: v for k, v in config.extra.items() if k != TASK_KEY}  # not fine-tuned yet
-    if spec.kind == "layers":
-        model = student_from_layers(teacher, spec.layers)
-        model.config = model.config.replace(extra=extra)
-    else:
-        shape = dict(vocab_size=config.vocab_size, type_vocab_size=config.type_vocab_size,
-                     max_position_embeddings=config.max_position_embeddings,
-                     pad_token_id=config.pad_token_id, id2label=config.id2label)
-        with torch.random.fork_rng(devices=[]):  # the student's own stream of the run's seed
-            torch.manual_seed(stream_seed(seed, "student"))
-            model = BertModel(BertConfig.preset(spec.name, **shape, extra=extra))
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
-def student_from_layers(teacher: nn.Module, layers: tuple[int, ...]) -> nn.Module:
-    """The teacher's head class with `layers` of its encoder, renumbered; every other weight
-    (embeddings, pooler, classifier) copied as it is."""
-    student_config(StudentSpec("layers", layers), teacher.config)
-    student = type(teacher)(teacher.config.replace(num_hidden_layers=len(layers)))
-    source = teacher.state_dict()
-    state = {}
-    for name in student.state_dict():
-        parts = name.split(".")
-        if parts[:2] == ["bert", "layers"]:
-            parts[2] = str(layers[int(parts[2])])
-        state[name] = source[".".join(parts)].detach().clone()
-    student.load_state_dict(state)
-    return student
-
-
-def student_tokenizer(spec: StudentSpec, folder: Path, teacher_tok: BertTokenizer) -> BertTokenizer:
-    """The teacher's tokenizer, unless the student is a pre-trained folder with its own."""
-    return BertTokenizer.from_pretrained(folder) if spec.kind == "folder" else teacher_tok
 
 
 # --- the run -----------------------------------------------------------------------------------
@@ -319,18 +249,6 @@ def check_labels(task: Task, teacher: nn.Module, labels: list[str] | None,
         raise BertkitError(f"{path}: labels {labels} differ from the teacher's {theirs} "
                            f"({teacher_dir}/config.json); distill on the data it was "
                            "fine-tuned on")
-
-
-def student_config(spec: StudentSpec, teacher: BertConfig) -> BertConfig:
-    """The student's shape where it matters before it is built (its positions), with the
-    layers it names checked against the teacher's."""
-    if spec.kind == "folder":
-        return BertConfig.load(check_model_dir(spec.name))
-    n = teacher.num_hidden_layers
-    if spec.kind == "layers" and max(spec.layers) >= n:
-        raise BertkitError(f"--student layers:{','.join(map(str, spec.layers))}: the teacher "
-                           f"has {n} layers (0..{n - 1})")
-    return teacher
 
 
 def check_lengths(data: Transfer, teacher: BertConfig, student: BertConfig) -> None:
@@ -466,84 +384,6 @@ def run_baseline(task: Task, cfg: DistillConfig, init_dir: Path) -> dict[str, An
                              model_dir=str(init_dir), task=task.name,
                              columns=getattr(task, "columns", cfg.finetune.columns))
     return run_one(ft)
-
-
-# --- what it costs, said -----------------------------------------------------------------------
-
-
-def measure_speed(task: Task, teacher: nn.Module, student: nn.Module, data: Transfer,
-                  cfg: DistillConfig) -> dict[str, Any]:
-    """Texts/s of both models through `predict`'s path (`run_model`: the task's collate, padded
-    batches, eval mode, fp32) on the same dev texts, tokenization excluded; passes alternate
-    between the models so that a busy machine slows both alike; the fastest pass counts. Beside
-    wall-clock texts/s, texts per CPU second of this process (all its threads): the work each
-    model costs, which other jobs on a shared machine change far less than the wall clock."""
-    n = min(cfg.speed_texts, len(data.student_dev[0].features)) if data.student_dev else 0
-    if n == 0:
-        return {"texts": 0}
-    batch = cfg.finetune.eval_batch_size
-    runs = {"teacher": (teacher, data.teacher_dev[0].features[:n]),
-            "student": (student, data.student_dev[0].features[:n])}
-    wall = {name: math.inf for name in runs}
-    cpu = {name: math.inf for name in runs}
-    for model, features in runs.values():  # warm-up: first-call allocations
-        run_model(model, features[:batch], task.collate, task.output_keys, batch)
-    for _ in range(cfg.speed_repeats):
-        for name, (model, features) in runs.items():
-            start = (time.perf_counter(), time.process_time())
-            run_model(model, features, task.collate, task.output_keys, batch)
-            wall[name] = min(wall[name], time.perf_counter() - start[0])
-            cpu[name] = min(cpu[name], time.process_time() - start[1])
-    return {"texts": n, "batch_size": batch, "threads": torch.get_num_threads(),
-            "device": str(next(student.parameters()).device),
-            "teacher_texts_per_s": round(n / wall["teacher"], 1),
-            "student_texts_per_s": round(n / wall["student"], 1),
-            "speedup": round(wall["teacher"] / wall["student"], 2),
-            "teacher_texts_per_cpu_s": round(n / cpu["teacher"], 1),
-            "student_texts_per_cpu_s": round(n / cpu["student"], 1),
-            "cpu_speedup": round(cpu["teacher"] / cpu["student"], 2)}
-
-
-def parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-def summarize(task: Task, cfg: DistillConfig, data: Transfer, teacher: nn.Module,
-              student: nn.Module, teacher_metrics: dict[str, Any], student_record: dict[str, Any],
-              baseline: dict[str, Any] | None, speed: dict[str, Any] | None) -> dict[str, Any]:
-    """results.json: the main dev metric of each model, the student's as a fraction of the
-    teacher's, sizes, the transfer set and the speed."""
-    metric = task.main_metric
-
-    def score(metrics: dict[str, Any] | None) -> float | None:
-        value = None if metrics is None else metrics.get(metric)
-        return float(value) if isinstance(value, (int, float)) else None
-
-    teacher_score, student_score = score(teacher_metrics), score(student_record)
-
-    def fraction(value: float | None) -> float | None:
-        if value is None or not teacher_score:
-            return None
-        return round(value / teacher_score, 4)
-
-    return {
-        "task": task.name, "metric": metric, "teacher": cfg.teacher_dir, "student": cfg.student,
-        "teacher_dev": teacher_score, "student_dev": student_score,
-        "baseline_dev": score(baseline), "student_fraction_of_teacher": fraction(student_score),
-        "baseline_fraction_of_teacher": fraction(score(baseline)),
-        "teacher_layers": teacher.config.num_hidden_layers,
-        "student_layers": student.config.num_hidden_layers,
-        "teacher_parameters": parameters(teacher), "student_parameters": parameters(student),
-        "speed": speed,
-        "transfer": {"labelled": data.labelled, "unlabelled": data.unlabelled},
-        "temperature": cfg.temperature, "alpha": cfg.alpha, "hidden_weight": cfg.hidden_weight,
-        "lr": cfg.finetune.train.lr, "epochs": cfg.finetune.epochs,
-        "seed": cfg.finetune.train.seed, "steps": student_record.get("steps"),
-        "final_loss": student_record.get("final_loss"),
-        "teacher_metrics": teacher_metrics,
-        "student_metrics": {k: v for k, v in student_record.items() if k != "task"},
-        "baseline_metrics": baseline,
-    }
 
 
 def run_settings(cfg: DistillConfig) -> dict[str, Any]:
