@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from bertkit.cli.common import data_root
+from bertkit.config import PRESETS
 from bertkit.errors import BertkitError
 from bertkit.studies import cooldown, curve, curve_finetune, recipes
 
@@ -30,6 +31,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "`pretrain-recipes`: the curve's recipe and one-change variants of it (--variants), "
         "each pre-trained for one fixed budget (--budget) and fine-tuned the same way.")
     p.add_argument("name", choices=STUDIES)
+    _sitting_options(p.add_argument_group("the sitting"))
+    _point_options(p.add_argument_group("fine-tuning and branching the points (pretrain-curve)"))
+    _recipe_options(p.add_argument_group("the pre-training recipe"))
+    _fixed_budget_options(p.add_argument_group("pretrain-recipes"))
+    p.set_defaults(func=run)
+
+
+def _sitting_options(p: argparse._ArgumentGroup) -> None:
     p.add_argument("--work", type=Path, default=None,
                    metavar="DIR", help="the study's folder: data, the run, the points, study.json "
                    f"(default: {DEFAULT_WORK}, -bf16 added for --precision bf16; outside the "
@@ -41,6 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--hours", type=float, default=float("inf"),
                    help="CPU-hours of pre-training this sitting may spend (default: to the end)")
     p.add_argument("--status", action="store_true", help="print the status and stop")
+    p.add_argument("--report", type=Path, default=None, metavar="DIR",
+                   help="write DIR/pretrain_curve.md (the table) and DIR/pretrain_curve.png "
+                   "from what is recorded, and stop")
+
+
+def _point_options(p: argparse._ArgumentGroup) -> None:
     p.add_argument("--finetune", action="store_true",
                    help="fine-tune the recorded points (and the random-init twin) instead of "
                    "pre-training; run it beside a pre-training sitting (its own lock and file)")
@@ -63,9 +78,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--points", default=None, metavar="LIST",
                    help="with --finetune: only these points, e.g. 1h,2h,2h+cool; with "
                    "--cooldown: the budgets to branch from (default: every recorded one)")
-    p.add_argument("--report", type=Path, default=None, metavar="DIR",
-                   help="write DIR/pretrain_curve.md (the table) and DIR/pretrain_curve.png "
-                   "from what is recorded, and stop")
+
+
+def _recipe_options(p: argparse._ArgumentGroup) -> None:
     p.add_argument("--init", default=None, metavar="MODEL",
                    help="continued pre-training: start from this model folder (its vocabulary, "
                    "shape and weights) and compare each point with the model as it came, not "
@@ -75,8 +90,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--task-text", default=None, metavar="TASK",
                    help="with --init: pre-train on TASK's training texts without their labels "
                    "(default: the book text)")
-    p.add_argument("--model", default=DEFAULTS.model)
-    p.add_argument("--vocab-size", type=int, default=DEFAULTS.vocab_size)
+    p.add_argument("--model", default=DEFAULTS.model, choices=tuple(PRESETS), metavar="PRESET",
+                   help=f"the architecture, a preset: {', '.join(PRESETS)}")
+    p.add_argument("--vocab-size", type=int, default=DEFAULTS.vocab_size, metavar="N",
+                   help="WordPiece vocabulary size, trained on the study's corpus")
     p.add_argument("--batch-size", type=int, default=None,
                    help=f"(default: {DEFAULTS.batch_size}; with --init 32)")
     p.add_argument("--lr", type=float, default=None, help=f"(default: {DEFAULTS.lr:g}; "
@@ -87,15 +104,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "makes a second curve (its own --work and report) beside the fp32 one")
     p.add_argument("--threads", type=int, default=DEFAULTS.threads,
                    help="torch threads for the pre-training")
+
+
+def _fixed_budget_options(p: argparse._ArgumentGroup) -> None:
     p.add_argument("--budget", type=float, default=1.0, metavar="HOURS",
-                   help="pretrain-recipes: each variant's CPU-hours (default: 1)")
+                   help="each variant's CPU-hours (default: 1)")
     p.add_argument("--variants", default=None, metavar="LIST",
-                   help="pretrain-recipes: which variants, comma-separated (the base always "
+                   help="which variants, comma-separated (the base always "
                    f"runs, first; default: all): {', '.join(recipes.VARIANTS)}")
-    p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def check_options(args: argparse.Namespace) -> None:
+    """The combinations that mean nothing, refused before any folder is written."""
     if args.name == "pretrain-recipes" and (args.init or args.finetune):
         raise BertkitError("pretrain-recipes runs pre-training and fine-tuning itself, from "
                            "random weights: drop --init / --finetune")
@@ -115,8 +135,14 @@ def run(args: argparse.Namespace) -> int:
     if args.points and not (args.finetune or args.cooldown):
         raise BertkitError("--points chooses what --finetune fine-tunes or --cooldown branches: "
                            "give one of them too")
+    if not args.hours > 0:  # (nan too)
+        raise BertkitError(f"--hours must be > 0 CPU-hours, got {args.hours:g}")
     if args.task_text and not args.init:
         raise BertkitError("--task-text is for continued pre-training: give --init MODEL too")
+
+
+def run(args: argparse.Namespace) -> int:
+    check_options(args)
     drop = {"dropout": args.finetune_dropout}
     ft = (curve_finetune.FinetuneSettings.whole(args.finetune_task, **drop) if args.finetune_task
           else curve_finetune.FinetuneSettings(**drop))

@@ -96,6 +96,11 @@ class CurveSettings:
             raise BertkitError(f"budgets must be increasing and > 0, got {self.budgets_hours}")
         if self.threads < 1:
             raise BertkitError(f"the study needs at least one thread, got {self.threads}")
+        if self.batch_size < 1 or self.vocab_size < 1:
+            raise BertkitError(f"--batch-size and --vocab-size must be >= 1, got "
+                               f"{self.batch_size} and {self.vocab_size}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise BertkitError(f"--lr must be a finite number > 0, got {self.lr}")
         if self.precision not in PRECISIONS:
             raise BertkitError(f"the curve's precision is one of {', '.join(PRECISIONS)}, "
                                f"got {self.precision!r}")
