@@ -72,10 +72,11 @@ def _cell(values: list[float]) -> str:
 
 def _name(student: str) -> str:
     """A student as the table shows it: `layers:0,2,4`, `tiny`, or a pre-trained folder by its
-    last two path parts (the pre-training curve's points: `points/2h`)."""
+    last three path parts (a pre-training curve's point: `pretrain-curve-bf16/points/2h`: the
+    fp32 and the bf16 curves both have a `points/2h`)."""
     if student in STUDENTS or not ("/" in student or Path(student).is_absolute()):
         return f"`{student}`"
-    return f"pre-trained `{'/'.join(Path(student).parts[-2:])}`"
+    return f"pre-trained `{'/'.join(Path(student).parts[-3:])}`"
 
 
 def _of(values: list[float], teacher: float) -> str:

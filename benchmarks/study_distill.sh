@@ -8,6 +8,9 @@
 #   bash benchmarks/study_distill.sh WORK [TASK...]     (default: mrpc stsb conll2003 sst2)
 #   HIDDEN=1 bash benchmarks/study_distill.sh WORK mrpc  (also layers:0,2,4 and tiny with
 #                                                         --hidden-weight 1: TinyBERT's transfer)
+#   PRETRAINED=DIR bash benchmarks/study_distill.sh WORK stsb   (also a student from our own
+#       pre-training, DIR a point of the pre-training curve, at its fine-tuning rate 1e-3:
+#       e.g. ../bertkit-studies/pretrain-curve-bf16/points/2h+cool)
 #
 # Resumable: a finished run (its metrics.json / results.json) is skipped, a killed one goes on
 # from its last state (--resume auto). One thread a run, fp32 (auto would pick bf16 on some
@@ -40,16 +43,22 @@ for task in "${tasks[@]}"; do
   fi
   runs=(layers:0,2,4 layers:0,3 tiny)
   [ -n "${HIDDEN:-}" ] && runs+=("layers:0,2,4 hidden" "tiny hidden")
+  [ -n "${PRETRAINED:-}" ] && runs+=("$PRETRAINED")
   for seed in 0 1 2; do
     for run in "${runs[@]}"; do
       student=${run% hidden}
       hidden=()
       suffix=
       if [ "$run" != "$student" ]; then hidden=(--hidden-weight "$HIDDEN"); suffix=-hidden$HIDDEN; fi
-      out=$work/$task/${student//[:,]/}$suffix-seed$seed
-      [ -f "$out/results.json" ] && continue
+      name=${student//[:,]/}
       slr=$lr
       [ "$student" = tiny ] && slr=5e-4
+      if [ "$student" = "${PRETRAINED:-}" ]; then  # a folder: named by the curve and the point
+        name=pretrained-$(basename "$(dirname "$(dirname "$student")")")-$(basename "$student")
+        slr=1e-3
+      fi
+      out=$work/$task/$name$suffix-seed$seed
+      [ -f "$out/results.json" ] && continue
       echo "$(date -u +%H:%M) $task: $run seed $seed"
       "$bertkit" distill "$teacher" --student "$student" --data "$data/$folder" --output "$out" \
         --lr "$slr" --epochs 3 --seed "$seed" --precision fp32 --baseline --no-progress \

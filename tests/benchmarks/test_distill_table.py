@@ -41,7 +41,7 @@ def test_a_pre_trained_student_is_named_by_its_folder_after_the_known_ones(tmp_p
     log.append(distill_table.record(results(0, 0.8, 0.7, student="tiny")))
     rows = distill_table.table(log.read())[3:5]
     assert rows[0].startswith("| mrpc | `tiny` (lr 3e-05)")
-    assert rows[1].startswith("| mrpc | pre-trained `points/2h` (lr 3e-05)")
+    assert rows[1].startswith("| mrpc | pre-trained `pretrain-curve/points/2h` (lr 3e-05)")
 
 
 def test_a_run_with_the_hidden_state_loss_is_a_row_of_its_own(tmp_path):
