@@ -39,14 +39,18 @@ def test_a_small_study_pre_trains_fine_tunes_and_reports(shared_data, tmp_path):
     names, work = ("base", "mask40"), tmp_path / "work"
     recipes.run_recipes(base, BUDGET, names, work, shared_data, ft)
     recipes.run_recipes(base, BUDGET, names, work, shared_data, ft)  # done: nothing to redo
-    study = json.loads((work / "mask40" / "study.json").read_text())
+    study = json.loads((work / "0.0006h" / "mask40" / "study.json").read_text())
     assert study["settings"]["masked_lm_prob"] == 0.4
+    horizon = study["pretrain"]["horizon"]  # the base's steps over the two steps' cost ratio
+    base_steps = json.loads((work / "0.0006h" / "base" / "study.json").read_text()
+                            )["pretrain"]["horizon"]["steps"]
+    assert horizon["steps"] == max(1, round(base_steps / horizon["relative_cost"]))
+    assert not list(work.glob("0.0006h/*/probe*"))  # the probes' runs are removed
     rows = recipes.recipe_rows(base, BUDGET, names, work, ft)
     assert [r["variant"] for r in rows] == ["base", "mask40"]
-    for row in rows:
-        # the run ends at the budget or at its horizon in steps (measured from a probe: on a
-        # loaded machine either comes first)
-        assert row["step"] > 0 and len(row["scores"]) == len(row["random"]) == 2
+    for row, steps in zip(rows, (base_steps, horizon["steps"])):
+        # each run trains its steps to the end, whatever its CPU seconds came to
+        assert row["step"] == steps and len(row["scores"]) == len(row["random"]) == 2
         assert "gain" in row and 0 <= row["mlm_acc"] <= 1
     table = recipes.recipes_markdown(rows, ft)
     assert "| `mask40` | 40% masking (Wettig et al. 2023) |" in table
@@ -58,3 +62,15 @@ def test_a_small_study_pre_trains_fine_tunes_and_reports(shared_data, tmp_path):
     page = (docs / "pretraining.md").read_text()
     assert "old" not in page and "| `base` |" in page and page.endswith("\n\nafter\n")
     assert json.loads((docs / "pretrain_recipes.json").read_text())["rows"][1]["variant"] == "mask40"
+
+
+def test_a_variant_that_changes_only_rates_takes_the_bases_steps_unprobed(tmp_path):
+    base = curve.CurveSettings(corpus=("x",))
+    with pytest.raises(BertkitError, match="the base has not run"):
+        recipes.variant_horizon(base, 1.0, "lr5e-4", tmp_path)
+    store = curve.open_store(recipes.variant_folder(tmp_path, 1.0, "base"),
+                             recipes.variant_settings(base, "base", 1.0))
+    store.put_pretrain("horizon", {"steps": 1700, "cpu_seconds_per_step": 2.1})
+    # no vocabulary or shards exist: a probe would fail
+    assert recipes.variant_horizon(base, 1.0, "lr5e-4", tmp_path) == {
+        "steps": 1700, "cpu_seconds_per_step": 2.1, "relative_cost": 1.0}

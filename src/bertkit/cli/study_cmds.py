@@ -108,7 +108,10 @@ def _recipe_options(p: argparse._ArgumentGroup) -> None:
 
 def _fixed_budget_options(p: argparse._ArgumentGroup) -> None:
     p.add_argument("--budget", type=float, default=1.0, metavar="HOURS",
-                   help="each variant's CPU-hours (default: 1)")
+                   help="each variant's CPU-hours, as steps: the base's step cost probed once, each "
+                   "variant's against the base's side by side; every run trains its steps to the "
+                   "end whatever the load does to its CPU seconds (default: 1; folder "
+                   "WORK/BUDGET/VARIANT)")
     p.add_argument("--variants", default=None, metavar="LIST",
                    help="which variants, comma-separated (the base always "
                    f"runs, first; default: all): {', '.join(recipes.VARIANTS)}")

@@ -252,18 +252,7 @@ def horizon_steps(store: ResultsStore, settings: CurveSettings, work: Path,
     measured once by a short run of the real recipe and stored (a resumed study keeps it)."""
     info = store.pretrain_info("horizon")
     if info is None:
-        probe = work / "probe"
-        shutil.rmtree(probe, ignore_errors=True)
-        cfg = run_config(settings, work, probe, max_steps=12, log_every=4, save_every=0)
-        if cfg.config_file is not None:  # (with --init, the model's own)
-            arch.save(cfg.config_file)
-        run_pretraining(cfg)
-        # steps 4 to 12 from the log: start-up, the first steps' allocations and the final
-        # evaluation and export left out
-        cost = {r["step"]: r["cpu_seconds"] for r in read_records(probe / "metrics.jsonl")
-                if "cpu_seconds" in r}
-        shutil.rmtree(probe, ignore_errors=True)
-        per_step = (cost[12] - cost[4]) / 8
+        per_step = probe_cost(settings, work, work / "probe", arch)
         steps = max(100, int(settings.horizon_seconds / per_step))
         info = {"steps": steps, "cpu_seconds_per_step": round(per_step, 4)}
         store.put_pretrain("horizon", info)
@@ -271,10 +260,32 @@ def horizon_steps(store: ResultsStore, settings: CurveSettings, work: Path,
     return int(info["steps"])
 
 
+def probe_cost(settings: CurveSettings, work: Path, probe: Path, arch: BertConfig) -> float:
+    """The CPU seconds one step of the recipe costs, from a 12-step run into `probe` (removed
+    after) on `work`'s shards and vocabulary."""
+    shutil.rmtree(probe, ignore_errors=True)
+    cfg = run_config(settings, work, probe, max_steps=12, log_every=4, save_every=0)
+    if cfg.config_file is not None:  # (with --init, the model's own)
+        arch.save(cfg.config_file)
+    run_pretraining(cfg)
+    # steps 4 to 12 from the log: start-up, the first steps' allocations and the final
+    # evaluation and export left out
+    cost = {r["step"]: r["cpu_seconds"] for r in read_records(probe / "metrics.jsonl")
+            if "cpu_seconds" in r}
+    shutil.rmtree(probe, ignore_errors=True)
+    if cfg.config_file is not None:
+        Path(cfg.config_file).unlink(missing_ok=True)
+    return (cost[12] - cost[4]) / 8
+
+
 def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
-                    hours_left: float = math.inf) -> None:
+                    hours_left: float = math.inf, fixed_steps: bool = False) -> None:
     """Continue the run to each budget not yet recorded, exporting the model there; stop when
-    this sitting has used `hours_left` CPU-hours of its own (the next sitting continues)."""
+    this sitting has used `hours_left` CPU-hours of its own (the next sitting continues).
+    `fixed_steps` (a run sized for one budget: the recipe table) ends the run at its horizon
+    in steps, not at the budget's CPU seconds: how many CPU seconds a step costs depends on
+    what else the machine runs, so a CPU stop would give runs of one budget unequal steps and
+    an unfinished schedule (the records keep the seconds each run did cost)."""
 
     arch = architecture(settings, BertTokenizer.from_pretrained(work / "vocab").vocab_size)
     steps = horizon_steps(store, settings, work, arch)
@@ -289,12 +300,15 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
             log.info("this sitting's %.2f CPU-hours are used; the next one continues", hours_left)
             return
         before = float(saved_cost(work / "run")["cpu_seconds"])
-        stop_at = min(hours * HOUR, before + (hours_left * HOUR - spent))
+        stop_at = min(math.inf if fixed_steps else hours * HOUR,
+                      before + (hours_left * HOUR - spent))
+        stop_at = None if math.isinf(stop_at) else stop_at
         cfg = run_config(settings, work, work / "run", steps, stop_at)
-        log.info("pre-training to %s (%.0f CPU-s; the run has %.0f)", label, stop_at, before)
+        log.info("pre-training to %s (%s; the run has %.0f CPU-s)", label,
+                 f"{steps} steps" if fixed_steps else f"{stop_at:.0f} CPU-s", before)
         result = run_pretraining(cfg)
         spent += result.cpu_seconds - before
-        if result.cpu_seconds < hours * HOUR and result.step < steps:
+        if result.step < steps and (fixed_steps or result.cpu_seconds < hours * HOUR):
             continue  # stopped for the sitting's limit: the next check returns
         if result.checkpoint is not None:
             keep_state(work, label, result.checkpoint)

@@ -3,11 +3,20 @@ literature proposes for small budgets make own pre-training pay sooner, with the
 layout unchanged (every variant exports a BERT that `transformers` loads).
 
 Each variant is the curve's recipe (`curve.CurveSettings`) with one change, run as a curve of a
-single point: its own work folder under the study's, its lr schedule ending at the budget (a
-fixed-budget run decays fully, unlike a point read off the long curve), its export fine-tuned
+single point: its own work folder under the study's (`BUDGET/VARIANT/`), its lr schedule ending
+at the budget (a fixed-budget run decays fully, unlike a point read off the long curve), its
+export fine-tuned
 on the SST-2 subset beside its own random-init twin (`curve_finetune.finetune_points`; a
 variant that changes the vocabulary or the length has a twin of its own shape). So every piece
-is the curve's: resume, sittings, locks, records, fine-tuning. The table compares the variants by
+is the curve's: resume, sittings, locks, records, fine-tuning.
+
+The budget is a number of steps, fixed before a run starts: the base's is the budget over its
+step's CPU seconds (`curve.horizon_steps`' probe); a variant's is the base's scaled by what its
+step costs against the base's, both probed back to back in one process so that the machine's
+load at the time cancels (a variant that changes only the optimizer's rates costs what the base
+does: no probe). Each run then trains its steps to the end of its schedule (`fixed_steps`),
+whatever the machine's load does to its CPU seconds meanwhile, and records what they cost. The
+table compares the variants by
 held-out MLM accuracy (on the variant's own held-out split: a vocabulary change changes what is
 predicted, so read those rows by the SST-2 gain) and by the SST-2 gain.
 """
@@ -25,6 +34,7 @@ from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text
 from bertkit.studies import curve, curve_finetune
 from bertkit.studies.report import format_gain, format_mean_std, markdown_table, write_block
+from bertkit.tokenization import BertTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +55,9 @@ VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
     "vocab4k": ({"vocab_size": 4096}, "a 4,096-piece vocabulary (smaller embedding share)"),
     "vocab16k": ({"vocab_size": 16384}, "a 16,384-piece vocabulary"),
 }
+
+# variants whose step is the base's step, arithmetic for arithmetic (only the rates differ)
+SAME_STEP = frozenset({"lr2e-3", "lr5e-4", "warmup10"})
 
 RECIPES_BEGIN, RECIPES_END = "<!-- recipes:begin -->", "<!-- recipes:end -->"
 
@@ -68,17 +81,51 @@ def variant_settings(base: curve.CurveSettings, name: str, budget_hours: float
     return dataclasses.replace(base, budgets_hours=(budget_hours,), **changes)
 
 
+def variant_folder(work: Path, budget_hours: float, name: str) -> Path:
+    """`work/1h/mask40`: a variant's folder, under its budget's (a study holds any budgets)."""
+    return work / curve.budget_label(budget_hours) / name
+
+
+def variant_horizon(base: curve.CurveSettings, budget_hours: float, name: str, work: Path
+                    ) -> dict[str, Any]:
+    """A variant's steps: the base's (recorded when the base ran), scaled by the variant's step
+    cost over the base's, probed back to back now (not for SAME_STEP variants)."""
+    base_folder = variant_folder(work, budget_hours, "base")
+    horizon = curve.open_store(base_folder, variant_settings(base, "base", budget_hours)
+                               ).pretrain_info("horizon")
+    if horizon is None:
+        raise BertkitError(f"{base_folder}: the base has not run; it runs first")
+    base_steps, base_cost = int(horizon["steps"]), float(horizon["cpu_seconds_per_step"])
+    if name in SAME_STEP:
+        return {"steps": base_steps, "cpu_seconds_per_step": base_cost, "relative_cost": 1.0}
+    costs = []
+    for n in ("base", name):  # the base again, now: what the load costs both
+        settings = variant_settings(base, n, budget_hours)
+        folder = variant_folder(work, budget_hours, n)
+        vocab = BertTokenizer.from_pretrained(folder / "vocab").vocab_size
+        costs.append(curve.probe_cost(settings, folder, variant_folder(work, budget_hours, name)
+                                      / f"probe-{n}", curve.architecture(settings, vocab)))
+    relative = costs[1] / costs[0]
+    log.info("recipe %s: a step costs %.2fx the base's (%.2f vs %.2f CPU-s, probed together)",
+             name, relative, costs[1], costs[0])
+    return {"steps": max(1, round(base_steps / relative)), "relative_cost": round(relative, 4),
+            "cpu_seconds_per_step": round(base_cost * relative, 4)}
+
+
 def run_recipes(base: curve.CurveSettings, budget_hours: float, names: Sequence[str],
                 work: Path, data: Path, ft: curve_finetune.FinetuneSettings) -> None:
-    """Every variant in turn: pre-train it to the budget, then fine-tune it and its twin. A
-    killed study continues where it stopped (each variant is a curve, which resumes)."""
+    """Every variant in turn: pre-train it for the budget's steps, then fine-tune it and its
+    twin. A killed study continues where it stopped (each variant is a curve, which resumes)."""
     for name in names:
-        settings, folder = variant_settings(base, name, budget_hours), work / name
+        settings = variant_settings(base, name, budget_hours)
+        folder = variant_folder(work, budget_hours, name)
         log.info("recipe %s: %s", name, VARIANTS[name][1])
         with curve.sitting(folder, "pretrain"):
             store = curve.open_store(folder, settings)
             curve.prepare_data(settings, folder)
-            curve.pretrain_points(store, settings, folder)
+            if name != "base" and store.pretrain_info("horizon") is None:
+                store.put_pretrain("horizon", variant_horizon(base, budget_hours, name, work))
+            curve.pretrain_points(store, settings, folder, fixed_steps=True)
         with curve.sitting(folder, "finetune"):
             curve_finetune.finetune_points(store, curve_finetune.open_cells(folder, ft), settings,
                                            ft, folder, data)
@@ -91,7 +138,8 @@ def recipe_rows(base: curve.CurveSettings, budget_hours: float, names: Sequence[
     change and its held-out MLM accuracy's difference from the base)."""
     rows = []
     for name in names:
-        settings, folder = variant_settings(base, name, budget_hours), work / name
+        settings = variant_settings(base, name, budget_hours)
+        folder = variant_folder(work, budget_hours, name)
         if not (folder / "study.json").is_file():
             continue
         store = curve.open_store(folder, settings)
