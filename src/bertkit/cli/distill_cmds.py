@@ -7,8 +7,16 @@ import argparse
 import json
 import sys
 
-from bertkit.cli.common import add_hardware, add_resume
-from bertkit.cli.finetune_cmds import _columns, _common, _feature_options
+from bertkit.cli.common import add_hardware
+from bertkit.cli.finetune_cmds import (
+    _columns,
+    _common,
+    _feature_options,
+    add_packing,
+    add_state_options,
+    add_step_options,
+    add_training_data_options,
+)
 from bertkit.config import PRESETS
 from bertkit.tasks import ColumnSpec
 from bertkit.training.distill import UNLABELLED_FORMATS, DistillConfig, resolve_task, run_distill
@@ -43,6 +51,22 @@ def register(subparsers) -> None:
                    help="new or empty folder (or this command's earlier run, with --resume)")
     p.add_argument("--task", default=None, help="default: the task named in the teacher's "
                    "config.json")
+    _distill_options(p.add_argument_group("distillation"))
+    recipe = p.add_argument_group("the recipe (fine-tuning's, the same defaults)")
+    recipe.add_argument("--lr", type=float, default=DEFAULTS.finetune.train.lr)
+    recipe.add_argument("--epochs", type=float, default=DEFAULTS.finetune.epochs)
+    add_step_options(recipe, DEFAULTS.finetune.train)
+    data = p.add_argument_group("the data")
+    add_training_data_options(data)
+    _common(data)
+    speed = p.add_argument_group("hardware and speed")
+    add_hardware(speed, DEFAULTS.finetune.train)
+    add_packing(speed)
+    add_state_options(p.add_argument_group("the run's files"), DEFAULTS.finetune.train)
+    p.set_defaults(func=distill_cmd)
+
+
+def _distill_options(p: argparse._ActionsContainer) -> None:
     p.add_argument("--temperature", type=float, default=DEFAULTS.temperature,
                    help="softmax temperature of the soft targets (classification)")
     p.add_argument("--alpha", type=float, default=DEFAULTS.alpha,
@@ -70,34 +94,6 @@ def register(subparsers) -> None:
                    help="dev texts timed through predict's path, teacher and student (0: none)")
     p.add_argument("--speed-repeats", type=int, default=DEFAULTS.speed_repeats,
                    help="timed passes per model; the fastest counts")
-    _training_options(p)
-    _common(p)
-    p.set_defaults(func=distill_cmd)
-
-
-def _training_options(p: argparse.ArgumentParser) -> None:
-    """The fine-tuning recipe's options (the same defaults as `bertkit finetune`)."""
-    recipe = DEFAULTS.finetune
-    p.add_argument("--lr", type=float, default=recipe.train.lr)
-    p.add_argument("--epochs", type=float, default=recipe.epochs)
-    p.add_argument("--max-steps", type=int, default=None, help="cap on optimizer steps")
-    p.add_argument("--seed", type=int, default=recipe.train.seed)
-    p.add_argument("--batch-size", type=int, default=recipe.train.batch_size)
-    p.add_argument("--micro-batch-size", type=int, default=None)
-    p.add_argument("--warmup-ratio", type=float, default=recipe.train.warmup_ratio)
-    p.add_argument("--weight-decay", type=float, default=recipe.train.weight_decay)
-    p.add_argument("--train-file", default=None, help="use this training file instead")
-    p.add_argument("--dev-file", default=None, help="use this dev file instead")
-    p.add_argument("--max-train-examples", type=int, default=None)
-    add_hardware(p, recipe.train)
-    p.add_argument("--no-packing", action="store_true",
-                   help="the padded forward (dense layers on padding too)")
-    p.add_argument("--eval-every", type=int, default=0, help="steps between dev evaluations")
-    p.add_argument("--save-every", type=int, default=0,
-                   help="steps between resumable states (default 0: one per epoch)")
-    p.add_argument("--keep-training-state", action="store_true",
-                   help="keep checkpoints/ of a finished run (default: only the model)")
-    add_resume(p)
 
 
 def distill_config(args: argparse.Namespace) -> DistillConfig:
@@ -107,7 +103,8 @@ def distill_config(args: argparse.Namespace) -> DistillConfig:
         max_steps=args.max_steps, micro_batch_size=args.micro_batch_size,
         warmup_ratio=args.warmup_ratio, weight_decay=args.weight_decay,
         precision=args.precision, device=args.device, eval_every=args.eval_every,
-        save_every=args.save_every, loader_workers=args.loader_workers, resume=args.resume,
+        save_every=args.save_every, log_every=args.log_every,
+        loader_workers=args.loader_workers, resume=args.resume,
         progress=not args.no_progress)
     finetune = FinetuneConfig(
         task=task.name, model_dir=args.teacher, data_dir=args.data, train=train,

@@ -20,6 +20,7 @@ from bertkit.io import atomic_write_text, check_new_file, claim_output_dir
 from bertkit.tasks import ColumnSpec, FeatureSettings
 from bertkit.tasks.inputs import from_records, read_input
 from bertkit.training import distributed
+from bertkit.training.config import TrainConfig
 from bertkit.training.finetune import FinetuneConfig, build_task, check_data, finetune_train_config, run_one
 from bertkit.training.grid import run_grid
 from bertkit.training.optim import OPTIMIZERS, SCHEDULES
@@ -48,61 +49,93 @@ def _add_finetune(subparsers) -> None:
     p.add_argument("--data", required=True, help="folder with the task's train/dev(/test) files")
     p.add_argument("--output", required=True,
                    help="new or empty folder (or this command's earlier run, with --resume)")
-    p.add_argument("--lr", default=f"{FINETUNE_DEFAULTS.train.lr:g}",
-                   help="learning rate(s), e.g. 2e-5,3e-5,5e-5")
-    p.add_argument("--epochs", default=f"{FINETUNE_DEFAULTS.epochs:g}", help="epoch count(s), e.g. 2,3,4")
-    p.add_argument("--max-steps", type=int, default=None, help="cap on optimizer steps per run")
-    p.add_argument("--seeds", type=int, default=1, help="runs per setting (seeds seed..seed+N-1)")
-    p.add_argument("--seed", type=int, default=FINETUNE_DEFAULTS.train.seed)
-    p.add_argument("--batch-size", type=int, default=FINETUNE_DEFAULTS.train.batch_size,
+    recipe = p.add_argument_group("the recipe")
+    recipe.add_argument("--lr", default=f"{FINETUNE_DEFAULTS.train.lr:g}",
+                        help="learning rate(s), e.g. 2e-5,3e-5,5e-5")
+    recipe.add_argument("--epochs", default=f"{FINETUNE_DEFAULTS.epochs:g}",
+                        help="epoch count(s), e.g. 2,3,4")
+    recipe.add_argument("--seeds", type=int, default=1,
+                        help="runs per setting (seeds seed..seed+N-1)")
+    add_step_options(recipe, FINETUNE_DEFAULTS.train)
+    recipe.add_argument("--optimizer", default=FINETUNE_DEFAULTS.train.optimizer,
+                        choices=OPTIMIZERS,
+                        help="adamw_google: Google's AdamWeightDecayOptimizer (no bias correction)")
+    recipe.add_argument("--schedule", default=FINETUNE_DEFAULTS.train.schedule, choices=SCHEDULES,
+                        help="linear: warm up to the peak, then decay (HF); google: decay from "
+                        "step 0, warmup overriding it (Google's optimization.py)")
+    recipe.add_argument("--dropout", type=float, default=None, metavar="P",
+                        help="dropout while fine-tuning (hidden, attention, classifier; default: "
+                        "the checkpoint's own config: a model pre-trained without dropout has 0 "
+                        "there)")
+    data = p.add_argument_group("the data")
+    add_training_data_options(data)
+    data.add_argument("--split-dev", type=float, default=None, metavar="F",
+                      help="no train file (e.g. SQuAD here): train on the dev file's first 1-F "
+                      "(by article), evaluate on the rest; metrics.json says so")
+    _common(data)
+    frozen = p.add_argument_group("feature-based (the paper's section 5.3)")
+    frozen.add_argument("--freeze-encoder", action="store_true",
+                        help="train only the head on a frozen encoder")
+    frozen.add_argument("--features", default=FINETUNE_DEFAULTS.features,
+                        choices=["cls", "concat-last-4"],
+                        help="with --freeze-encoder: concat-last-4 = the paper's BiLSTM tagger (NER)")
+    speed = p.add_argument_group("hardware and speed")
+    add_hardware(speed, FINETUNE_DEFAULTS.train)
+    speed.add_argument("--compile", action="store_true",
+                       help="torch.compile the model (padded batches; see docs/benchmarks.md)")
+    add_packing(speed)
+    speed.add_argument("--group-by-length", action="store_true",
+                       help="batches of similar lengths: less padding in attention, but batches "
+                       "are no longer i.i.d. and runs are less stable (docs/results.md)")
+    state = p.add_argument_group("the run's files")
+    add_state_options(state, FINETUNE_DEFAULTS.train)
+    state.add_argument("--no-test-predictions", action="store_true",
+                       help="do not label the test file(s) found beside train/dev")
+    add_join_timeout(state)
+    p.set_defaults(func=finetune_cmd)
+
+
+def add_step_options(p: argparse._ActionsContainer, train: TrainConfig) -> None:
+    """The loop's recipe beside the rate and the epochs (finetune, distill), with `train`'s
+    defaults."""
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="cap on optimizer steps (of each run of a grid)")
+    p.add_argument("--seed", type=int, default=train.seed)
+    p.add_argument("--batch-size", type=int, default=train.batch_size,
                    help="global examples per step, whatever the number of processes")
     p.add_argument("--micro-batch-size", type=int, default=None,
                    help="per forward per process (accumulation = batch / (micro x processes))")
-    p.add_argument("--warmup-ratio", type=float, default=FINETUNE_DEFAULTS.train.warmup_ratio)
-    p.add_argument("--weight-decay", type=float, default=FINETUNE_DEFAULTS.train.weight_decay)
-    p.add_argument("--optimizer", default=FINETUNE_DEFAULTS.train.optimizer, choices=OPTIMIZERS,
-                   help="adamw_google: Google's AdamWeightDecayOptimizer (no bias correction)")
-    p.add_argument("--schedule", default=FINETUNE_DEFAULTS.train.schedule, choices=SCHEDULES,
-                   help="linear: warm up to the peak, then decay (HF); google: decay from step 0, "
-                   "warmup overriding it (Google's optimization.py)")
+    p.add_argument("--warmup-ratio", type=float, default=train.warmup_ratio)
+    p.add_argument("--weight-decay", type=float, default=train.weight_decay)
+
+
+def add_training_data_options(p: argparse._ActionsContainer) -> None:
+    """Which training and dev files, and how much of the training set (finetune, distill)."""
     p.add_argument("--train-file", default=None, help="use this training file instead")
     p.add_argument("--dev-file", default=None, help="use this dev file instead")
-    p.add_argument("--split-dev", type=float, default=None, metavar="F",
-                   help="no train file (e.g. SQuAD here): train on the dev file's first 1-F "
-                   "(by article), evaluate on the rest; metrics.json says so")
-    p.add_argument("--max-train-examples", type=int, default=None)
-    p.add_argument("--dropout", type=float, default=None, metavar="P",
-                   help="dropout while fine-tuning (hidden, attention, classifier; default: the "
-                   "checkpoint's own config: a model pre-trained without dropout has 0 there)")
-    p.add_argument("--freeze-encoder", action="store_true",
-                   help="feature-based: train only the head on a frozen encoder")
-    p.add_argument("--features", default=FINETUNE_DEFAULTS.features, choices=["cls", "concat-last-4"],
-                   help="with --freeze-encoder: concat-last-4 = the paper's BiLSTM tagger (NER)")
-    add_hardware(p, FINETUNE_DEFAULTS.train)
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile the model (padded batches; see docs/benchmarks.md)")
+    p.add_argument("--max-train-examples", type=int, default=None,
+                   help="train on the first N training examples")
+
+
+def add_packing(p: argparse._ActionsContainer) -> None:
     p.add_argument("--no-packing", action="store_true",
                    help="the padded forward (dense layers on padding too); the packed one gives "
                    "the same loss and gradients, faster")
-    p.add_argument("--group-by-length", action="store_true",
-                   help="batches of similar lengths: less padding in attention, but batches "
-                   "are no longer i.i.d. and runs are less stable (docs/results.md)")
+
+
+def add_state_options(p: argparse._ActionsContainer, train: TrainConfig) -> None:
+    """Evaluation, logging, resumable states, --resume (finetune, distill)."""
     p.add_argument("--eval-every", type=int, default=0,
                    help="steps between dev evaluations (under torchrun the other processes "
                    "wait for rank 0's: see docs/scaling.md for the time limit)")
-    p.add_argument("--log-every", type=int, default=FINETUNE_DEFAULTS.train.log_every,
+    p.add_argument("--log-every", type=int, default=train.log_every,
                    help="steps between lines of OUTPUT/metrics.jsonl")
     p.add_argument("--save-every", type=int, default=0,
                    help="steps between resumable states (default 0: one per epoch); an hour-long "
                    "epoch killed midway then resumes from its last state")
-    p.add_argument("--no-test-predictions", action="store_true",
-                   help="do not label the test file(s) found beside train/dev")
     p.add_argument("--keep-training-state", action="store_true",
                    help="keep checkpoints/ of finished runs (default: only the model)")
     add_resume(p)
-    add_join_timeout(p)
-    _common(p)
-    p.set_defaults(func=finetune_cmd)
 
 
 def _add_evaluate(subparsers) -> None:
@@ -137,7 +170,7 @@ def _add_predict(subparsers) -> None:
     p.set_defaults(func=predict_cmd)
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse._ActionsContainer) -> None:
     p.add_argument("--max-seq-length", type=int, default=None, help="default 128; SQuAD 384")
     p.add_argument("--doc-stride", type=int, default=FINETUNE_DEFAULTS.doc_stride)
     p.add_argument("--max-query-length", type=int, default=FINETUNE_DEFAULTS.max_query_length)
