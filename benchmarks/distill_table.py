@@ -6,7 +6,8 @@
 Each finished `bertkit distill` run (its WORK/TASK/STUDENT-seedS/results.json) is recorded once
 in benchmarks/distill_runs.jsonl (a `RunLog`: the date and machine added), so the table is made
 from committed records, not from a work folder that may be gone; then the table is printed (and
-with --write-doc put between the markers of docs/distillation.md).
+with --write-doc put between the markers of docs/distillation.md, beside docs/distillation.png:
+score against speed-up).
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import time
 from pathlib import Path
 
 from bertkit.metrics import mean_std
+from bertkit.studies.report import pyplot, save_figure
 from bertkit.studies.runner import RunLog, machine_name
 
 REPO = Path(__file__).resolve().parents[1]
 STORE = REPO / "benchmarks" / "distill_runs.jsonl"
 DOC = REPO / "docs" / "distillation.md"
+PNG = REPO / "docs" / "distillation.png"
 BEGIN, END = "<!-- distill-table:begin -->", "<!-- distill-table:end -->"
 TASKS = ("mrpc", "stsb", "conll2003", "sst2")
 STUDENTS = ("layers:0,2,4", "layers:0,3", "tiny")
@@ -126,6 +129,43 @@ def table(records: list[dict]) -> list[str]:
     return lines
 
 
+def plot(records: list[dict], png: Path) -> Path | None:
+    """Score against speed, one panel a task: each student's mean as a fraction of the
+    teacher's (± its std over seeds) at its CPU speed-up, with the teacher (filled) and without
+    (hollow), the teacher at (1, 1): what a user trades, at a glance."""
+    plt = pyplot()
+    tasks = [t for t in TASKS if any(r["task"] == t for r in records)]
+    if plt is None or not tasks:
+        return None
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.8), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        runs = [r for r in records if r["task"] == task]
+        teacher = runs[0]["teacher_dev"]
+        ax.plot([1], [1], "k*", markersize=11, label="teacher")
+        students = sorted({r["student"] for r in runs}, key=lambda s: (s not in STUDENTS, s))
+        for i, student in enumerate(students):
+            mine = [r for r in runs if r["student"] == student]
+            speed = [r["cpu_speedup"] for r in mine if r["cpu_speedup"]]
+            if not speed:
+                continue
+            x = sum(speed) / len(speed)
+            color = f"C{i}"
+            for key, fill in (("student_dev", color), ("baseline_dev", "none")):
+                values = [r[key] / teacher for r in mine if r[key] is not None]
+                if values:
+                    mean, std = mean_std(values)
+                    ax.errorbar([x], [mean], yerr=[std], fmt="o", color=color, mfc=fill,
+                                capsize=3, label=_name(student).replace("`", "")
+                                if key == "student_dev" else None)
+        ax.set(xscale="log", title=f"{task} ({runs[0]['metric']})", xlabel="CPU speed-up (x)",
+               ylabel="of the teacher's score")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7, title="filled: with the teacher\nhollow: without",
+                      title_fontsize=7)
+    fig.tight_layout()
+    return save_figure(fig, plt, png)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("work", type=Path, help="the folder study_distill.sh ran in")
@@ -143,6 +183,7 @@ def main() -> None:
         head, rest = text.split(BEGIN, 1)
         DOC.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END
                        + rest.split(END, 1)[1], encoding="utf-8")
+        print(f"wrote {DOC} and {plot(log.read(), PNG)}")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 import json
 
 import distill_table  # benchmarks/ is on pytest's path (pyproject.toml)
+import pytest
 
 from bertkit.studies.runner import RunLog
 
@@ -52,3 +53,13 @@ def test_a_run_with_the_hidden_state_loss_is_a_row_of_its_own(tmp_path):
     rows = distill_table.table(log.read())[3:5]
     assert rows[0].startswith("| mrpc | `layers:0,3` (lr 3e-05)")
     assert rows[1].startswith("| mrpc | `layers:0,3 +hidden 1` (lr 3e-05)")
+
+
+def test_the_plot_is_a_png_and_nothing_without_runs(tmp_path):
+    pytest.importorskip("matplotlib")
+    log = RunLog(tmp_path / "runs.jsonl")
+    log.append(distill_table.record(results(0, 0.7, 0.6)))
+    log.append(distill_table.record({**results(0, 0.8, 0.7), "task": "stsb", "metric": "spearman"}))
+    png = distill_table.plot(log.read(), tmp_path / "d.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert distill_table.plot([], tmp_path / "none.png") is None
