@@ -134,22 +134,24 @@ def plot(records: list[dict], png: Path) -> Path | None:
     teacher's (± its std over seeds) at its CPU speed-up, with the teacher (filled) and without
     (hollow), the teacher at (1, 1): what a user trades, at a glance."""
     plt = pyplot()
-    tasks = [t for t in TASKS if any(r["task"] == t for r in records)]
+    tasks = [t for t in TASKS if any(r["task"] == t and r["teacher_dev"] for r in records)]
     if plt is None or not tasks:
         return None
+    # one colour a student across the panels (a task may lack some students)
+    students = sorted({r["student"] for r in records}, key=lambda s: (s not in STUDENTS, s))
+    colors = {student: f"C{i % 10}" for i, student in enumerate(students)}
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.8), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         runs = [r for r in records if r["task"] == task]
         teacher = runs[0]["teacher_dev"]
         ax.plot([1], [1], "k*", markersize=11, label="teacher")
-        students = sorted({r["student"] for r in runs}, key=lambda s: (s not in STUDENTS, s))
-        for i, student in enumerate(students):
+        for student in students:
             mine = [r for r in runs if r["student"] == student]
             speed = [r["cpu_speedup"] for r in mine if r["cpu_speedup"]]
             if not speed:
                 continue
             x = sum(speed) / len(speed)
-            color = f"C{i}"
+            color = colors[student]
             for key, fill in (("student_dev", color), ("baseline_dev", "none")):
                 values = [r[key] / teacher for r in mine if r[key] is not None]
                 if values:
@@ -160,8 +162,8 @@ def plot(records: list[dict], png: Path) -> Path | None:
         ax.set(xscale="log", title=f"{task} ({runs[0]['metric']})", xlabel="CPU speed-up (x)",
                ylabel="of the teacher's score")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7, title="filled: with the teacher\nhollow: without",
-                      title_fontsize=7)
+        ax.legend(fontsize=7, title="filled: with the teacher\nhollow: without",
+                  title_fontsize=7)
     fig.tight_layout()
     return save_figure(fig, plt, png)
 
@@ -183,7 +185,8 @@ def main() -> None:
         head, rest = text.split(BEGIN, 1)
         DOC.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END
                        + rest.split(END, 1)[1], encoding="utf-8")
-        print(f"wrote {DOC} and {plot(log.read(), PNG)}")
+        png = plot(log.read(), PNG)
+        print(f"wrote {DOC}" + (f" and {png}" if png else " (no plot: matplotlib is missing)"))
 
 
 if __name__ == "__main__":

@@ -99,7 +99,7 @@ def add_step_options(p: argparse._ActionsContainer, train: TrainConfig) -> None:
     """The loop's recipe beside the rate and the epochs (finetune, distill), with `train`'s
     defaults."""
     p.add_argument("--max-steps", type=int, default=None,
-                   help="cap on optimizer steps (of each run of a grid)")
+                   help="cap on optimizer steps (per run)")
     p.add_argument("--seed", type=int, default=train.seed)
     p.add_argument("--batch-size", type=int, default=train.batch_size,
                    help="global examples per step, whatever the number of processes")

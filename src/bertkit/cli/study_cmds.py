@@ -252,7 +252,8 @@ def run_recipes(args: argparse.Namespace, base: curve.CurveSettings,
     names = recipes.parse_variants(args.variants)
     if not (args.status or args.report):
         torch.set_num_threads(base.threads)
-        recipes.run_recipes(base, args.budget, names, work, data_root(args.data), ft)
+        recipes.run_recipes(base, args.budget, names, work, data_root(args.data), ft,
+                            hours_left=args.hours)
     rows = recipes.recipe_rows(base, args.budget, names, work, ft, guesses=bool(args.report))
     print(recipes.recipes_markdown(rows, ft) if rows else f"{work}: no variant recorded yet")
     if args.report:

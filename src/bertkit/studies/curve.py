@@ -279,9 +279,10 @@ def probe_cost(settings: CurveSettings, work: Path, probe: Path, arch: BertConfi
 
 
 def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
-                    hours_left: float = math.inf, fixed_steps: bool = False) -> None:
+                    hours_left: float = math.inf, fixed_steps: bool = False) -> float:
     """Continue the run to each budget not yet recorded, exporting the model there; stop when
     this sitting has used `hours_left` CPU-hours of its own (the next sitting continues).
+    Returns the CPU seconds this call's training spent.
     `fixed_steps` (a run sized for one budget: the recipe table) ends the run at its horizon
     in steps, not at the budget's CPU seconds: how many CPU seconds a step costs depends on
     what else the machine runs, so a CPU stop would give runs of one budget unequal steps and
@@ -298,7 +299,7 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
             continue
         if spent >= hours_left * HOUR:
             log.info("this sitting's %.2f CPU-hours are used; the next one continues", hours_left)
-            return
+            return spent
         before = float(saved_cost(work / "run")["cpu_seconds"])
         stop_at = min(math.inf if fixed_steps else hours * HOUR,
                       before + (hours_left * HOUR - spent))
@@ -313,6 +314,7 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
         if result.checkpoint is not None:
             keep_state(work, label, result.checkpoint)
         record_point(store, work, label, work / "run", result, hours=hours)
+    return spent
 
 
 def record_point(store: ResultsStore, work: Path, label: str, run: Path, result: TrainResult,

@@ -5,8 +5,7 @@ layout unchanged (every variant exports a BERT that `transformers` loads).
 Each variant is the curve's recipe (`curve.CurveSettings`) with one change, run as a curve of a
 single point: its own work folder under the study's (`BUDGET/VARIANT/`), its lr schedule ending
 at the budget (a fixed-budget run decays fully, unlike a point read off the long curve), its
-export fine-tuned
-on the SST-2 subset beside its own random-init twin (`curve_finetune.finetune_points`; a
+export fine-tuned on the SST-2 subset beside its own random-init twin (`curve_finetune.finetune_points`; a
 variant that changes the vocabulary or the length has a twin of its own shape). So every piece
 is the curve's: resume, sittings, locks, records, fine-tuning.
 
@@ -26,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -105,18 +105,28 @@ def variant_horizon(base: curve.CurveSettings, budget_hours: float, name: str, w
         vocab = BertTokenizer.from_pretrained(folder / "vocab").vocab_size
         costs.append(curve.probe_cost(settings, folder, variant_folder(work, budget_hours, name)
                                       / f"probe-{n}", curve.architecture(settings, vocab)))
+    if not all(math.isfinite(c) and c > 0 for c in costs):
+        raise BertkitError(f"recipe {name}: the probes measured {costs[1]} and {costs[0]} CPU-s "
+                           "a step (variant, base); run the study again")
     relative = costs[1] / costs[0]
     log.info("recipe %s: a step costs %.2fx the base's (%.2f vs %.2f CPU-s, probed together)",
              name, relative, costs[1], costs[0])
-    return {"steps": max(1, round(base_steps / relative)), "relative_cost": round(relative, 4),
+    # (the floor is the base's own: curve.horizon_steps)
+    return {"steps": max(100, round(base_steps / relative)), "relative_cost": round(relative, 4),
             "cpu_seconds_per_step": round(base_cost * relative, 4)}
 
 
 def run_recipes(base: curve.CurveSettings, budget_hours: float, names: Sequence[str],
-                work: Path, data: Path, ft: curve_finetune.FinetuneSettings) -> None:
+                work: Path, data: Path, ft: curve_finetune.FinetuneSettings,
+                hours_left: float = math.inf) -> None:
     """Every variant in turn: pre-train it for the budget's steps, then fine-tune it and its
-    twin. A killed study continues where it stopped (each variant is a curve, which resumes)."""
+    twin; stop when this sitting has spent `hours_left` CPU-hours of pre-training (all variants
+    together). A killed or stopped study continues where it stopped (each variant is a curve,
+    which resumes)."""
     for name in names:
+        if hours_left <= 0:
+            log.info("this sitting's pre-training hours are used; the next one continues")
+            return
         settings = variant_settings(base, name, budget_hours)
         folder = variant_folder(work, budget_hours, name)
         log.info("recipe %s: %s", name, VARIANTS[name][1])
@@ -125,7 +135,8 @@ def run_recipes(base: curve.CurveSettings, budget_hours: float, names: Sequence[
             curve.prepare_data(settings, folder)
             if name != "base" and store.pretrain_info("horizon") is None:
                 store.put_pretrain("horizon", variant_horizon(base, budget_hours, name, work))
-            curve.pretrain_points(store, settings, folder, fixed_steps=True)
+            hours_left -= curve.pretrain_points(store, settings, folder, hours_left,
+                                                fixed_steps=True) / curve.HOUR
         with curve.sitting(folder, "finetune"):
             curve_finetune.finetune_points(store, curve_finetune.open_cells(folder, ft), settings,
                                            ft, folder, data)
