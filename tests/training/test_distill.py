@@ -74,11 +74,11 @@ def make_teacher(root: Path, task_name: str = "sst2", head=BertForSequenceClassi
 
 
 def config(out: Path, teacher: Path, data: Path, student: str = "layers:0,2", resume=False,
-           task: str = "sst2", **changes) -> DistillConfig:
+           task: str = "sst2", max_seq_length: int | None = None, **changes) -> DistillConfig:
     train = finetune_train_config(str(out), lr=1e-3, batch_size=8, precision="fp32",
                                   progress=False, resume=resume)
     ft = FinetuneConfig(task, str(teacher), str(data), train=train, epochs=2.0,
-                        predict_test=False)
+                        predict_test=False, max_seq_length=max_seq_length)
     return DistillConfig(str(teacher), student, ft, **{"speed_texts": 0, **changes})
 
 
@@ -482,3 +482,101 @@ def test_hidden_states_need_a_student_that_reads_the_teachers_tokens(tmp_path):
         config(tmp_path / "out", teacher, tmp_path, student=str(teacher), hidden_weight=0.5)
     with pytest.raises(BertkitError, match="--hidden-weight must be"):
         config(tmp_path / "out", teacher, tmp_path, hidden_weight=-1.0)
+
+
+# --- span QA and multiple choice ---------------------------------------------------------------
+
+
+def test_span_loss_equals_a_hand_computation_over_real_positions_only():
+    start = torch.tensor([[1.0, 0.0, 2.0, 9.0]])  # (B=1, T=4); position 3 is padding
+    end = torch.tensor([[0.0, 3.0, 1.0, -9.0]])
+    teacher = torch.tensor([[[2.0, 0.0], [0.0, 1.0], [1.0, 0.0], [5.0, 5.0]]])  # (1, 4, 2)
+    mask = torch.tensor([[True, True, True, False]])
+    hard = torch.tensor(0.7)
+    T, alpha = 2.0, 0.25
+
+    def soft(s, t):  # over the three real positions, by hand
+        p = [math.exp(x / T) for x in t]
+        p = [x / sum(p) for x in p]
+        z = math.log(sum(math.exp(x / T) for x in s))
+        return -sum(pi * (si / T - z) for pi, si in zip(p, s)) * T * T
+
+    expected = (alpha * (soft([1.0, 0.0, 2.0], [2.0, 0.0, 1.0])
+                         + soft([0.0, 3.0, 1.0], [0.0, 1.0, 0.0])) / 2 + (1 - alpha) * 0.7)
+    got = distill.span_distillation_loss(start, end, teacher, mask, hard, T, alpha)
+    assert got.item() == pytest.approx(expected, rel=1e-6)
+
+
+def write_squad(root: Path, n: int = 12) -> Path:
+    """SQuAD v1.1 files: contexts naming a colour, questions asking it."""
+    articles = []
+    for i in range(n):
+        word = (POSITIVE + NEGATIVE)[i % 10]
+        context = f"the film was {word} and the plot was {WORDS[i % 3]}"
+        start = context.index(word)
+        articles.append({"title": f"t{i}", "paragraphs": [{"context": context, "qas": [{
+            "id": f"q{i}", "question": "the film was",
+            "answers": [{"text": word, "answer_start": start}]}]}]})
+    root.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "dev"):
+        (root / f"{split}-v1.1.json").write_text(json.dumps({"data": articles}), encoding="utf-8")
+    return root
+
+
+def test_span_qa_is_distilled_position_by_position(tmp_path, monkeypatch):
+    from bertkit.heads import BertForQuestionAnswering
+
+    data = write_squad(tmp_path / "squad")
+    teacher = make_teacher(tmp_path, "squad1", BertForQuestionAnswering, labels=None)
+    batches = []
+    collate = distill.distill_collate
+
+    def seen(task, features):
+        batch = collate(task, features)
+        batches.append((features, batch))
+        return batch
+
+    monkeypatch.setattr(distill, "distill_collate", seen)
+    results = run_distill(config(tmp_path / "out", teacher, data, task="squad1",
+                                 student="layers:0,2", max_seq_length=32))
+    assert results["metric"] == "f1" and results["steps"] == 4 and results["student_layers"] == 2
+    for features, batch in batches:  # the teacher's start/end logits at every real position
+        mask = batch["teacher_mask"]
+        assert mask.tolist() == [[j < len(f["input_ids"]) for j in range(mask.shape[1])]
+                                 for f in features]
+        assert batch["teacher_logits"].shape == (*mask.shape, 2)
+        assert batch["teacher_logits"][~mask].abs().sum() == 0
+        assert "start_positions" in batch  # the hard loss's gold positions
+    assert results["final_loss"] > 0
+    assert "exact_match" in results["student_metrics"]
+    # what span QA rules out, refused before any work
+    for changes, says in (({"hidden_weight": 1.0}, "returns no hidden states"),
+                          ({"unlabelled": str(tmp_path / "u.txt")}, "more than texts")):
+        with pytest.raises(BertkitError, match=says):
+            run_distill(config(tmp_path / "refused", teacher, data, task="squad1", **changes))
+    folder = tmp_path / "pretrained"
+    BertModel(tiny_config()).save_pretrained(folder)
+    tokenizer().save_pretrained(folder)
+    with pytest.raises(BertkitError, match="must read the teacher's tokens"):
+        run_distill(config(tmp_path / "refused", teacher, data, task="squad1",
+                           student=str(folder)))
+    assert not (tmp_path / "refused").exists()
+
+
+def test_multiple_choice_is_distilled_over_the_choices(tmp_path):
+    from bertkit.heads import BertForMultipleChoice
+
+    swag = tmp_path / "swag"
+    swag.mkdir()
+    rows = ["sent1,sent2,ending0,ending1,ending2,ending3,label"]
+    for i in range(12):
+        rows.append(f"the film,was,{POSITIVE[i % 5]},{NEGATIVE[i % 5]},{WORDS[0]},{WORDS[1]},"
+                    f"{i % 2}")
+    for split in ("train", "val"):
+        (swag / f"{split}.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    teacher = make_teacher(tmp_path, "swag", BertForMultipleChoice, labels=None)
+    results = run_distill(config(tmp_path / "out", teacher, swag, task="swag", student="tiny",
+                                 speed_texts=4, baseline=True))
+    assert results["metric"] == "accuracy" and results["steps"] == 4
+    assert results["student_layers"] == 2 and results["baseline_dev"] is not None
+    assert results["speed"]["texts"] == 4

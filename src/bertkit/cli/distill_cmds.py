@@ -109,7 +109,7 @@ def distill_config(args: argparse.Namespace) -> DistillConfig:
     finetune = FinetuneConfig(
         task=task.name, model_dir=args.teacher, data_dir=args.data, train=train,
         epochs=args.epochs, train_file=args.train_file, dev_file=args.dev_file,
-        max_train_examples=args.max_train_examples,
+        split_dev=args.split_dev, max_train_examples=args.max_train_examples,
         columns=getattr(task, "columns", ColumnSpec()), predict_test=False,
         keep_training_state=args.keep_training_state, packed=not args.no_packing,
         **_feature_options(args))

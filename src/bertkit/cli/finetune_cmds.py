@@ -69,9 +69,6 @@ def _add_finetune(subparsers) -> None:
                         "there)")
     data = p.add_argument_group("the data")
     add_training_data_options(data)
-    data.add_argument("--split-dev", type=float, default=None, metavar="F",
-                      help="no train file (e.g. SQuAD here): train on the dev file's first 1-F "
-                      "(by article), evaluate on the rest; metrics.json says so")
     _common(data)
     frozen = p.add_argument_group("feature-based (the paper's section 5.3)")
     frozen.add_argument("--freeze-encoder", action="store_true",
@@ -113,6 +110,9 @@ def add_training_data_options(p: argparse._ActionsContainer) -> None:
     """Which training and dev files, and how much of the training set (finetune, distill)."""
     p.add_argument("--train-file", default=None, help="use this training file instead")
     p.add_argument("--dev-file", default=None, help="use this dev file instead")
+    p.add_argument("--split-dev", type=float, default=None, metavar="F",
+                   help="no train file (e.g. SQuAD here): train on the dev file's first 1-F "
+                   "(by article), evaluate on the rest; metrics.json says so")
     p.add_argument("--max-train-examples", type=int, default=None,
                    help="train on the first N training examples")
 

@@ -8,7 +8,9 @@
 Loss (Hinton et al. 2015): `alpha` x the soft cross-entropy between the teacher's and the
 student's distributions at temperature T, times T² (so that the soft gradients keep their size
 as T changes), plus (1 - `alpha`) x the usual hard-label loss on the examples that have a label.
-Regression (one output): mean squared error to the teacher's score, T unused. As an option
+Regression (one output): mean squared error to the teacher's score, T unused. Multiple choice:
+the same soft and hard terms over the choices; span QA: over each window's real positions, for
+the start and the end (`distill_loss.span_distillation_loss`). As an option
 (`hidden_weight`), TinyBERT's intermediate-layer transfer adds that much of the squared error
 between the student's hidden states and the teacher's (`distill_loss.HiddenTransfer`: the
 teacher runs beside the student on each batch, since per-token states are too large to cache).
@@ -65,6 +67,7 @@ from bertkit.training.distill_loss import (
     hidden_layer_map,
     masked_mean,
     soft_cross_entropy,
+    span_distillation_loss,
 )
 from bertkit.training.distill_report import measure_speed, summarize
 from bertkit.training.distill_student import (
@@ -94,6 +97,7 @@ from bertkit.training.finetune import (
     Split,
     dev_evaluator,
     evaluate_splits,
+    feature_lengths,
     featurized,
     load_model,
     packed_batch,
@@ -117,8 +121,9 @@ __all__ = ["CACHE_NAME", "IGNORE", "DistillConfig", "DistillationObjective", "Hi
            "check_pairs", "compute_teacher_outputs", "corpus_examples", "distill_collate",
            "distillation_loss", "fingerprint", "hidden_layer_map", "masked_mean",
            "measure_speed", "no_label", "parse_student", "read_unlabelled", "resolve_task",
-           "run_distill", "soft_cross_entropy", "student_config", "student_from_layers",
-           "student_tokenizer", "summarize", "teacher_targets", "with_targets"]
+           "run_distill", "soft_cross_entropy", "span_distillation_loss", "student_config",
+           "student_from_layers", "student_tokenizer", "summarize", "teacher_targets",
+           "with_targets"]
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +131,14 @@ DISTILL_MARKER = "distill_config.json"  # written first: marks a folder as a dis
 RESULTS_NAME = "results.json"
 STUDENT_INIT = "student_init"
 BASELINE = "baseline"
-HEADS = ("BertForSequenceClassification", "BertForTokenClassification")  # soft targets
+# the heads with soft targets: a distribution over classes, over each word's classes (tagging),
+# over the positions a span starts and ends at (span QA) or over the choices (multiple choice)
+HEADS = ("BertForSequenceClassification", "BertForTokenClassification",
+         "BertForQuestionAnswering", "BertForMultipleChoice")
+# heads whose examples are more than texts (a question and its context; a context and its
+# endings): no --unlabelled file, and (their forwards return no hidden states) no hidden-state
+# transfer
+STRUCTURED = ("BertForQuestionAnswering", "BertForMultipleChoice")
 UNLABELLED_FORMATS = ("lines", *CORPUS_FORMATS)  # lines: what `predict` reads; else `prepare`'s
 
 
@@ -180,7 +192,8 @@ def resolve_task(teacher_dir: str | Path, name: str | None, columns: ColumnSpec 
     task = task_of(teacher_dir, name, columns)
     if task.head not in HEADS:
         raise BertkitError(f"distill: task {task.name} ({task.head}) is not supported; "
-                           "sequence classification, regression and token tagging are")
+                           "sequence classification, regression, token tagging, span QA and "
+                           "multiple choice are")
     if BertConfig.load(teacher_dir).extra.get(HEAD_KEY):
         raise BertkitError(f"{teacher_dir}: a frozen-encoder tagger (--features concat-last-4) "
                            "cannot teach a BERT student; use a fully fine-tuned teacher")
@@ -237,7 +250,10 @@ def read_transfer(task: Task, cfg: DistillConfig, teacher: nn.Module, teacher_to
 
 def check_labels(task: Task, teacher: nn.Module, labels: list[str] | None,
                  teacher_dir: str, path: Path) -> None:
-    """The student learns the teacher's outputs: same labels, same order."""
+    """The student learns the teacher's outputs: same labels, same order (span QA and multiple
+    choice have none: positions, choices)."""
+    if task.head in STRUCTURED:
+        return
     config = teacher.config
     if task.regression or labels is None:
         if config.num_labels != 1:
@@ -251,11 +267,29 @@ def check_labels(task: Task, teacher: nn.Module, labels: list[str] | None,
                            "fine-tuned on")
 
 
+def check_task_options(task: Task, cfg: DistillConfig, spec: StudentSpec) -> None:
+    """What a task's examples rule out, refused before any work."""
+    if task.head not in STRUCTURED:
+        return
+    what = "span QA" if task.head == "BertForQuestionAnswering" else "multiple choice"
+    if cfg.unlabelled:
+        raise BertkitError(f"--unlabelled: {what} ({task.name}) examples are more than texts "
+                           "(questions with contexts, contexts with endings); not read from a "
+                           "text file: distil on the task's training set")
+    if cfg.hidden_weight:
+        raise BertkitError(f"--hidden-weight: the {what} head returns no hidden states; "
+                           "distil without it")
+    if task.head == "BertForQuestionAnswering" and spec.kind == "folder":
+        raise BertkitError("span QA is distilled position by position, so the student must read "
+                           "the teacher's tokens: layers:I,J,... or a preset, not a model folder "
+                           "with a tokenizer of its own")
+
+
 def check_lengths(data: Transfer, teacher: BertConfig, student: BertConfig) -> None:
     """Every input fits the positions of the model that reads it (found before any work)."""
     for who, config, features in (("teacher", teacher, data.teacher_train),
                                   ("student", student, data.student_train)):
-        longest = max((len(f["input_ids"]) for f in features), default=0)
+        longest = max(feature_lengths(features), default=0)
         if longest > config.max_position_embeddings:
             raise BertkitError(f"a training input has {longest} tokens but the {who} has "
                                f"{config.max_position_embeddings} positions; pass "
@@ -268,6 +302,7 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
     spec = parse_student(cfg.student)
     columns = None if cfg.finetune.columns == ColumnSpec() else cfg.finetune.columns
     task = resolve_task(cfg.teacher_dir, cfg.finetune.task, columns)
+    check_task_options(task, cfg, spec)
     inputs = [cfg.teacher_dir] + ([spec.name] if spec.kind == "folder" else [])
     settings_json = run_settings(cfg)
     resume = cfg.finetune.train.resume

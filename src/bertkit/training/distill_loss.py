@@ -11,9 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.heads import HeadOutput
+from bertkit.heads import HeadOutput, SpanOutput
 
 IGNORE = -100  # hard label of an example only the teacher labels (classification, tagging)
+SPAN_PAD = -1e4  # a padding position's logit in the span loss: exp(-1e4 / T) is 0 in float32
 
 
 def soft_cross_entropy(student: torch.Tensor, teacher: torch.Tensor,
@@ -49,6 +50,25 @@ def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, labels: torc
         has_label = labels != IGNORE
         hard = F.cross_entropy(student.float(), labels.long().clamp(min=0), reduction="none")
     return alpha * masked_mean(soft, scored) + (1 - alpha) * masked_mean(hard, has_label & scored)
+
+
+def span_distillation_loss(start: torch.Tensor, end: torch.Tensor, teacher: torch.Tensor,
+                           mask: torch.Tensor, hard: torch.Tensor | None, temperature: float,
+                           alpha: float) -> torch.Tensor:
+    """Span QA: alpha x the soft cross-entropy between the teacher's and the student's
+    distributions over a feature's positions, for the start and the end (their mean; each a
+    mean over the batch's features), plus (1 - alpha) x `hard`, the head's own loss on the gold
+    positions (`BertForQuestionAnswering`'s: the mean of its two cross-entropies).
+
+    start, end: (B, T) student logits; teacher: (B, T, 2); mask (B, T): the feature's real
+    positions, the only ones either distribution covers here (padding's logits are pushed to
+    a large negative number: a probability of 0 and, times a target of 0, no loss)."""
+    soft = start.new_zeros((), dtype=torch.float32)
+    for k, student in enumerate((start, end)):
+        s = student.float().masked_fill(~mask, SPAN_PAD)
+        t = teacher[..., k].float().masked_fill(~mask, SPAN_PAD)
+        soft = soft + soft_cross_entropy(s, t, temperature).mean() / 2
+    return alpha * soft + (1 - alpha) * (hard if hard is not None else 0.0)
 
 
 def hidden_layer_map(student_layers: int, teacher_layers: int,
@@ -94,7 +114,8 @@ class HiddenTransfer(nn.Module):
 
 
 class DistillationObjective(nn.Module):
-    """The student with the distillation loss as its `.loss`: what the loop trains. Without
+    """The student with the distillation loss as its `.loss`: what the loop trains (a span QA
+    student's via `span_distillation_loss`, the rest via `distillation_loss`). Without
     teacher logits (evaluation) it is the student alone. With `hidden` (and weight
     `hidden_weight`) the loss adds the hidden-state transfer."""
 
@@ -111,6 +132,12 @@ class DistillationObjective(nn.Module):
         transfer = self.hidden is not None and teacher_logits is not None
         out = self.student(**inputs, output_hidden_states=True) if transfer else \
             self.student(**inputs)
+        if isinstance(out, SpanOutput):  # span QA: the gold positions went to the head
+            if teacher_logits is None:
+                return out
+            loss = span_distillation_loss(out.start_logits, out.end_logits, teacher_logits,
+                                          teacher_mask, out.loss, self.temperature, self.alpha)
+            return SpanOutput(loss, out.start_logits, out.end_logits)
         logits = out.logits  # (B, L), or (B, T, L) for tagging
         if teacher_logits is None:
             return HeadOutput(None, logits)

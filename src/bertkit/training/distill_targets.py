@@ -68,19 +68,26 @@ def check_pairs(train: list[Any], unlabelled: list[Any], path: str) -> None:
 
 
 def no_label(task: Task, feature: dict[str, Any]) -> dict[str, Any]:
-    """A transfer feature only the teacher labels: the hard loss skips it."""
+    """A transfer feature only the teacher labels: the hard loss skips it (never span QA or
+    multiple choice: `distill.check_task_options` refuses --unlabelled for them)."""
     if task.head == "BertForTokenClassification":
         return {**feature, "labels": [IGNORE] * len(feature["input_ids"])}
     return {**feature, "labels": float("nan") if task.regression else IGNORE}
 
 
 def teacher_targets(task: Task, features: list[dict[str, Any]],
-                    logits: list[torch.Tensor]) -> list[torch.Tensor]:
-    """One (n, L) tensor per example: its logits (n = 1), or for tagging those of each word's
-    first piece (n = words the teacher saw)."""
+                    outputs: dict[str, list[torch.Tensor]]) -> list[torch.Tensor]:
+    """One (n, L) tensor per feature: its logits (n = 1; L classes or choices), for tagging
+    those of each word's first piece (n = words the teacher saw), for span QA the start and
+    end logits of each of its positions (n = its tokens, L = 2; `run_model` pads them to the
+    batch's length)."""
+    if task.head == "BertForQuestionAnswering":
+        return [torch.stack([start[:len(f["input_ids"])], end[:len(f["input_ids"])]], dim=-1)
+                for f, start, end in zip(features, outputs["start_logits"],
+                                         outputs["end_logits"])]
     if task.head == "BertForTokenClassification":
-        return [row[f["word_starts"]] for f, row in zip(features, logits)]
-    return [row.reshape(1, -1) for row in logits]
+        return [row[f["word_starts"]] for f, row in zip(features, outputs["logits"])]
+    return [row.reshape(1, -1) for row in outputs["logits"]]
 
 
 def compute_teacher_outputs(task: Task, teacher: nn.Module, features: list[dict[str, Any]],
@@ -90,8 +97,9 @@ def compute_teacher_outputs(task: Task, teacher: nn.Module, features: list[dict[
     device = next(teacher.parameters()).device
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-        outputs = run_model(teacher, features, task.collate, ("logits",), batch_size, progress)
-    return teacher_targets(task, features, outputs["logits"])
+        outputs = run_model(teacher, features, task.collate, task.output_keys, batch_size,
+                            progress)
+    return teacher_targets(task, features, outputs)
 
 
 def fingerprint(features: list[dict[str, Any]], teacher_dir: str | Path) -> str:
@@ -168,10 +176,11 @@ def with_targets(features: list[dict[str, Any]], targets: list[torch.Tensor]
 
 
 def distill_collate(task: Task, features: list[dict[str, Any]]) -> dict[str, Any]:
-    """The task's batch plus the teacher's logits: (B, L), or for tagging (B, T, L) at each
-    word's first piece with `teacher_mask` (B, T) marking them."""
+    """The task's batch plus the teacher's logits: (B, L); for tagging (B, T, L) at each
+    word's first piece, for span QA (B, T, 2) at each real position, with `teacher_mask`
+    (B, T) marking them."""
     batch = task.collate(features)
-    if task.head != "BertForTokenClassification":
+    if task.head not in ("BertForTokenClassification", "BertForQuestionAnswering"):
         batch["teacher_logits"] = torch.cat([f["teacher"] for f in features])  # (B, L)
         return batch
     B, T = batch["input_ids"].shape
@@ -179,7 +188,10 @@ def distill_collate(task: Task, features: list[dict[str, Any]]) -> dict[str, Any
     logits = torch.zeros(B, T, L)  # (B, T, L)
     mask = torch.zeros(B, T, dtype=torch.bool)  # (B, T)
     for i, f in enumerate(features):
-        starts = f["word_starts"][:len(f["teacher"])]  # a student may keep fewer words
+        if task.head == "BertForQuestionAnswering":
+            starts = list(range(len(f["teacher"])))  # every position of the feature
+        else:
+            starts = f["word_starts"][:len(f["teacher"])]  # a student may keep fewer words
         logits[i, starts] = f["teacher"][:len(starts)]
         mask[i, starts] = True
     batch["teacher_logits"], batch["teacher_mask"] = logits, mask
