@@ -40,8 +40,9 @@ def register(subparsers) -> None:
         "student fine-tuned without the teacher) with both models' texts/s; the same goes to "
         "OUTPUT/results.json. The student is a fine-tuned model folder: `bertkit predict`, "
         "`bertkit serve` and transformers load it.")
-    p.add_argument("teacher", help="a `bertkit finetune` output folder (or an HF sequence "
-                   "classification folder, with --task)")
+    p.add_argument("teacher", help="a `bertkit finetune` output folder (or an HF folder of "
+                   "the task's head, with --task): sequence classification or regression, "
+                   "token tagging, span QA, multiple choice")
     p.add_argument("--student", required=True,
                    help=f"layers:I,J,... (those teacher layers, DistilBERT-style), a preset "
                    f"({', '.join(PRESETS)}; random init, the teacher's vocabulary) or a "
