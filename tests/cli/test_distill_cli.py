@@ -11,7 +11,7 @@ import pytest
 from bertkit.cli.main import main
 from bertkit.io import LOCK_FILE
 from bertkit.serve.models import load_model
-from tests.training.test_distill import make_teacher, write_sst2
+from tests.training.test_distill import make_teacher, write_squad, write_sst2
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -96,3 +96,22 @@ def test_bare_resume_is_refused_with_nothing_to_resume_and_auto_starts(tmp_path,
     assert not (out / LOCK_FILE).exists()  # the run folder's lock given up at the end
     assert main([*args, "--resume", "auto"]) == 0
     assert json.loads(capsys.readouterr().out) == first
+
+
+def test_span_qa_from_a_dev_file_alone_with_split_dev(tmp_path, capsys):
+    from bertkit.heads import BertForQuestionAnswering
+
+    data = write_squad(tmp_path / "squad")
+    (data / "train-v1.1.json").unlink()  # as in ../shared/data/squad: dev only
+    teacher = make_teacher(tmp_path, "squad1", BertForQuestionAnswering, labels=None)
+    out = tmp_path / "student"
+    assert main(["distill", str(teacher), "--student", "layers:1", "--data", str(data),
+                 "--output", str(out), "--split-dev", "0.5", "--max-seq-length", "32",
+                 "--epochs", "1", "--batch-size", "4", "--precision", "fp32", "--speed-texts",
+                 "0", "--no-progress"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert results["task"] == "squad1" and results["metric"] == "f1"
+    assert results["transfer"]["labelled"] == 6  # the first half of the 12 articles
+    # the records say how the data was split, as finetune's metrics.json does
+    assert "trained on the first 6 of the 12 articles" in results["data_note"]
+    assert results["student_metrics"]["data_note"] == results["data_note"]

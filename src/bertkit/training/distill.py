@@ -219,6 +219,7 @@ class Transfer:
     labelled: int
     unlabelled: int
     labels: list[str] | None
+    note: str | None = None  # how the data was split (--split-dev), said in the records
 
 
 def read_transfer(task: Task, cfg: DistillConfig, teacher: nn.Module, teacher_tok: BertTokenizer,
@@ -245,7 +246,7 @@ def read_transfer(task: Task, cfg: DistillConfig, teacher: nn.Module, teacher_to
         teacher_dev = [featurized(task, s.name, s.path, s.examples, teacher_tok, settings,
                                   label2id, train=False) for s in data.dev_splits]
     return Transfer(student_train, teacher_train, data.dev_splits, teacher_dev,
-                    len(data.train.features), len(extra), data.labels)
+                    len(data.train.features), len(extra), data.labels, data.note)
 
 
 def check_labels(task: Task, teacher: nn.Module, labels: list[str] | None,
@@ -393,7 +394,8 @@ def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: Ber
                               ft.train.progress)
     save_release(task, student, tokenizer, out, metrics)
     record = {"task": task.name, "steps": result.step,
-              "final_loss": result.losses[-1] if result.losses else None, **metrics}
+              "final_loss": result.losses[-1] if result.losses else None, **metrics,
+              **({"data_note": data.note} if data.note else {})}
     write_json(out / "metrics.json", record)
     if not ft.keep_training_state:
         shutil.rmtree(out / "checkpoints", ignore_errors=True)

@@ -82,6 +82,7 @@ def summarize(task: Task, cfg: DistillConfig, data: Transfer, teacher: nn.Module
         "teacher_parameters": parameters(teacher), "student_parameters": parameters(student),
         "speed": speed,
         "transfer": {"labelled": data.labelled, "unlabelled": data.unlabelled},
+        **({"data_note": data.note} if data.note else {}),
         "temperature": cfg.temperature, "alpha": cfg.alpha, "hidden_weight": cfg.hidden_weight,
         "lr": cfg.finetune.train.lr, "epochs": cfg.finetune.epochs,
         "seed": cfg.finetune.train.seed, "steps": student_record.get("steps"),
