@@ -124,8 +124,14 @@ def table(records: list[dict]) -> list[str]:
                 f"{(sum(speed) / len(speed)) if speed else float('nan'):.2f}x |")
     if records:
         dates = sorted(r["date"] for r in records)
-        lines += ["", f"Machine: {machine_name(records[-1])}; runs ended {dates[0]} to "
-                      f"{dates[-1]}."]
+        machines: dict[str, list[str]] = {}  # machine -> its tasks, in the table's order
+        for task in TASKS:
+            for name in dict.fromkeys(machine_name(r) for r in records if r["task"] == task):
+                machines.setdefault(name, []).append(task)
+        said = ("; ".join(f"{name} ({', '.join(tasks)})" for name, tasks in machines.items())
+                if len(machines) > 1 else next(iter(machines)))
+        lines += ["", f"Machine{'s' if len(machines) > 1 else ''}: {said}; runs ended "
+                      f"{dates[0]} to {dates[-1]}."]
     return lines
 
 
