@@ -580,3 +580,24 @@ def test_multiple_choice_is_distilled_over_the_choices(tmp_path):
     assert results["metric"] == "accuracy" and results["steps"] == 4
     assert results["student_layers"] == 2 and results["baseline_dev"] is not None
     assert results["speed"]["texts"] == 4
+
+
+def test_a_squad2_student_tunes_its_own_null_threshold(tmp_path):
+    """The teacher's tuned threshold scores the teacher; the student tunes its own on dev, as
+    fine-tuning does, and its release carries that one."""
+    from bertkit.heads import BertForQuestionAnswering
+
+    data = write_squad(tmp_path / "squad")
+    for split in ("train", "dev"):
+        (data / f"{split}-v1.1.json").rename(data / f"{split}-v2.0.json")
+    teacher = make_teacher(tmp_path, "squad2", BertForQuestionAnswering, labels=None)
+    saved = json.loads((teacher / "config.json").read_text())
+    (teacher / "config.json").write_text(json.dumps({**saved, "squad_null_threshold": 7.5}))
+    results = run_distill(config(tmp_path / "out", teacher, data, task="squad2",
+                                 student="layers:1", max_seq_length=32))
+    student, teacher_metrics = results["student_metrics"], results["teacher_metrics"]
+    assert student["null_threshold_tuned_here"] and student["null_threshold"] != 7.5
+    assert json.loads((tmp_path / "out" / "config.json").read_text()
+                      )["squad_null_threshold"] == student["null_threshold"]
+    assert teacher_metrics["null_threshold"] == 7.5  # the teacher, scored with its own
+    assert not teacher_metrics["null_threshold_tuned_here"]

@@ -125,6 +125,11 @@ class Task(abc.ABC):
         """This task configured from a fine-tuned model's config.json (see `release_info`)."""
         return self
 
+    def untuned(self) -> Task:
+        """This task as a new fine-tuning run starts it: what a run tunes on dev (SQuAD v2.0's
+        threshold) left for the new run to tune, what describes the data (columns) kept."""
+        return self
+
     def write_predictions(self, predictions: dict[str, Any], examples: Sequence[Any],
                           out_dir: Path, split: str, metrics: dict[str, Any]) -> list[Path]:
         """Write predictions in the task's own format; default: one JSON object per line."""

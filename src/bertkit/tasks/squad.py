@@ -277,6 +277,9 @@ class SquadTask(Task):
             return SquadTask(self.version, float(info[THRESHOLD_KEY]))
         return self
 
+    def untuned(self) -> SquadTask:
+        return SquadTask(self.version)
+
     def example_from_record(self, guid: str, record: dict[str, Any], where: str) -> SquadExample:
         return SquadExample(guid, record_text(record, ["question"], where),
                             record_text(record, ["context"], where), (), ())

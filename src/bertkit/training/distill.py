@@ -331,8 +331,9 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
         targets = teacher_outputs(task, cfg, teacher, data.teacher_train, out)
         hidden = (functools.partial(hidden_transfer, teacher, spec, cfg.finetune.train.seed)
                   if cfg.hidden_weight else None)
-        student, student_record = train_student(task, cfg, init_dir, student_tok, data,
-                                                targets, settings, continues, hidden)
+        # the student tunes what the teacher tuned on dev (SQuAD v2.0's threshold) for itself
+        student, student_record = train_student(task.untuned(), cfg, init_dir, student_tok,
+                                                data, targets, settings, continues, hidden)
         teacher_metrics = evaluate_splits(task, teacher, data.teacher_dev, settings,
                                           cfg.finetune.eval_batch_size, None)
         baseline = run_baseline(task, cfg, init_dir) if cfg.baseline else None
