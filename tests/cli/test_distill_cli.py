@@ -9,6 +9,7 @@ import json
 import pytest
 
 from bertkit.cli.main import main
+from bertkit.heads import BertForQuestionAnswering
 from bertkit.io import LOCK_FILE
 from bertkit.serve.models import load_model
 from tests.training.test_distill import make_teacher, write_squad, write_sst2
@@ -99,8 +100,6 @@ def test_bare_resume_is_refused_with_nothing_to_resume_and_auto_starts(tmp_path,
 
 
 def test_span_qa_from_a_dev_file_alone_with_split_dev(tmp_path, capsys):
-    from bertkit.heads import BertForQuestionAnswering
-
     data = write_squad(tmp_path / "squad")
     (data / "train-v1.1.json").unlink()  # as in ../shared/data/squad: dev only
     teacher = make_teacher(tmp_path, "squad1", BertForQuestionAnswering, labels=None)

@@ -14,7 +14,12 @@ from safetensors.torch import load_file
 
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.heads import BertForSequenceClassification, BertForTokenClassification
+from bertkit.heads import (
+    BertForMultipleChoice,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from bertkit.model import BertModel
 from bertkit.tasks import get_task
 from bertkit.tasks.glue import GlueTask, TextExample
@@ -330,14 +335,8 @@ def test_targets_and_features_must_pair_one_to_one():
         distill.align_teacher([0], features + [features[0]], examples)
 
 
-def test_token_tagging_is_distilled_at_first_word_pieces(tmp_path, monkeypatch):
-    conll = tmp_path / "conll"
-    conll.mkdir()
-    for split in ("train", "valid"):
-        sentences = [f"the O\n{POSITIVE[i % 5]} B-PER\nfilm O\n" for i in range(10)]
-        (conll / f"{split}.txt").write_text("\n".join(sentences), encoding="utf-8")
-    labels = get_task("conll2003").discover_labels(get_task("conll2003").read(conll / "train.txt"))
-    teacher = make_teacher(tmp_path, "conll2003", BertForTokenClassification, labels)
+def seen_batches(monkeypatch) -> list[tuple[list[dict], dict]]:
+    """Every training batch the run collates, with its features (filled as the run goes)."""
     batches = []
     collate = distill.distill_collate
 
@@ -347,6 +346,18 @@ def test_token_tagging_is_distilled_at_first_word_pieces(tmp_path, monkeypatch):
         return batch
 
     monkeypatch.setattr(distill, "distill_collate", seen)
+    return batches
+
+
+def test_token_tagging_is_distilled_at_first_word_pieces(tmp_path, monkeypatch):
+    conll = tmp_path / "conll"
+    conll.mkdir()
+    for split in ("train", "valid"):
+        sentences = [f"the O\n{POSITIVE[i % 5]} B-PER\nfilm O\n" for i in range(10)]
+        (conll / f"{split}.txt").write_text("\n".join(sentences), encoding="utf-8")
+    labels = get_task("conll2003").discover_labels(get_task("conll2003").read(conll / "train.txt"))
+    teacher = make_teacher(tmp_path, "conll2003", BertForTokenClassification, labels)
+    batches = seen_batches(monkeypatch)
     results = run_distill(config(tmp_path / "out", teacher, conll, task="conll2003",
                                  student="layers:2"))
     assert results["metric"] == "f1" and results["steps"] == 4
@@ -524,19 +535,9 @@ def write_squad(root: Path, n: int = 12) -> Path:
 
 
 def test_span_qa_is_distilled_position_by_position(tmp_path, monkeypatch):
-    from bertkit.heads import BertForQuestionAnswering
-
     data = write_squad(tmp_path / "squad")
     teacher = make_teacher(tmp_path, "squad1", BertForQuestionAnswering, labels=None)
-    batches = []
-    collate = distill.distill_collate
-
-    def seen(task, features):
-        batch = collate(task, features)
-        batches.append((features, batch))
-        return batch
-
-    monkeypatch.setattr(distill, "distill_collate", seen)
+    batches = seen_batches(monkeypatch)
     results = run_distill(config(tmp_path / "out", teacher, data, task="squad1",
                                  student="layers:0,2", max_seq_length=32))
     assert results["metric"] == "f1" and results["steps"] == 4 and results["student_layers"] == 2
@@ -564,8 +565,6 @@ def test_span_qa_is_distilled_position_by_position(tmp_path, monkeypatch):
 
 
 def test_multiple_choice_is_distilled_over_the_choices(tmp_path):
-    from bertkit.heads import BertForMultipleChoice
-
     swag = tmp_path / "swag"
     swag.mkdir()
     rows = ["sent1,sent2,ending0,ending1,ending2,ending3,label"]
@@ -585,8 +584,6 @@ def test_multiple_choice_is_distilled_over_the_choices(tmp_path):
 def test_a_squad2_student_tunes_its_own_null_threshold(tmp_path):
     """The teacher's tuned threshold scores the teacher; the student tunes its own on dev, as
     fine-tuning does, and its release carries that one."""
-    from bertkit.heads import BertForQuestionAnswering
-
     data = write_squad(tmp_path / "squad")
     for split in ("train", "dev"):
         (data / f"{split}-v1.1.json").rename(data / f"{split}-v2.0.json")
