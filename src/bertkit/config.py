@@ -18,6 +18,7 @@ from typing import Any
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text, read_json_object
 
+CONFIG_NAME = "config.json"  # a model folder's config, HF's name
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 # name: (num_hidden_layers, hidden_size, num_attention_heads); intermediate = 4 x hidden.
@@ -137,7 +138,7 @@ class BertConfig:
         """Write config.json atomically (a file path, or a directory to hold config.json)."""
         path = Path(path)
         if path.is_dir() or path.suffix != ".json":
-            path = path / "config.json"
+            path = path / CONFIG_NAME
         atomic_write_text(path, self.to_json_string())
 
     @classmethod
@@ -145,7 +146,7 @@ class BertConfig:
         """Read a config.json (a file path, or a model directory that holds one)."""
         path = Path(path)
         if path.is_dir():
-            path = path / "config.json"
+            path = path / CONFIG_NAME
         if not path.is_file():
             raise BertkitError(f"{path.parent}: no config.json here (is this a BERT model directory?)")
         data = read_json_object(path)

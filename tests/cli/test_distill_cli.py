@@ -49,6 +49,7 @@ def test_distill_prints_and_saves_results_and_predict_uses_the_student(tmp_path,
     (["--student", "tiny", "--alpha", "1.5"], "--alpha must be between 0 and 1"),
     (["--student", "tiny", "--task", "conll2003"], "has another head"),
     (["--student", "tiny", "--temperature", "0"], "--temperature must be"),
+    (["--student", "tiny", "--unlabelled-format", "text"], "without --unlabelled"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, bad, message):
     data, teacher = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
@@ -110,7 +111,7 @@ def test_span_qa_from_a_dev_file_alone_with_split_dev(tmp_path, capsys):
                  "0", "--no-progress"]) == 0
     results = json.loads(capsys.readouterr().out)
     assert results["task"] == "squad1" and results["metric"] == "f1"
-    assert results["transfer"]["labelled"] == 6  # the first half of the 12 articles
+    assert results["transfer"]["labelled"] == 6  # questions: the first half of the 12 articles
     # the records say how the data was split, as finetune's metrics.json does
     assert "trained on the first 6 of the 12 articles" in results["data_note"]
     assert results["student_metrics"]["data_note"] == results["data_note"]

@@ -18,6 +18,7 @@ from bertkit.cli.finetune_cmds import (
     add_training_data_options,
 )
 from bertkit.config import PRESETS
+from bertkit.errors import BertkitError
 from bertkit.tasks import ColumnSpec
 from bertkit.training.distill import UNLABELLED_FORMATS, DistillConfig, resolve_task, run_distill
 from bertkit.training.finetune import (
@@ -84,10 +85,9 @@ def _distill_options(p: argparse._ActionsContainer) -> None:
     p.add_argument("--unlabelled", default=None, metavar="FILE",
                    help="more texts, labelled by the teacher only: one per line, JSONL "
                    "(\"text\", \"pair\") or the task's own format; see --unlabelled-format")
-    p.add_argument("--unlabelled-format", default=DEFAULTS.unlabelled_format,
-                   choices=UNLABELLED_FORMATS,
+    p.add_argument("--unlabelled-format", default=None, choices=UNLABELLED_FORMATS,
                    help="lines: as `predict` reads; any other: a corpus format of `prepare`, "
-                   "one text per sentence")
+                   f"one text per sentence (default: {DEFAULTS.unlabelled_format})")
     p.add_argument("--baseline", action="store_true",
                    help="also fine-tune the same student without the teacher (doubles the "
                    "cost; into OUTPUT/baseline)")
@@ -98,6 +98,9 @@ def _distill_options(p: argparse._ActionsContainer) -> None:
 
 
 def distill_config(args: argparse.Namespace) -> DistillConfig:
+    if args.unlabelled_format and not args.unlabelled:
+        raise BertkitError("--unlabelled-format without --unlabelled: there is no file to read "
+                           "in that format")
     task = resolve_task(args.teacher, args.task, _columns(args))
     train = finetune_train_config(
         args.output, lr=args.lr, seed=args.seed, batch_size=args.batch_size,
@@ -117,7 +120,8 @@ def distill_config(args: argparse.Namespace) -> DistillConfig:
     return DistillConfig(
         teacher_dir=args.teacher, student=args.student, finetune=finetune,
         temperature=args.temperature, alpha=args.alpha, unlabelled=args.unlabelled,
-        unlabelled_format=args.unlabelled_format, baseline=args.baseline,
+        unlabelled_format=args.unlabelled_format or DEFAULTS.unlabelled_format,
+        baseline=args.baseline,
         speed_texts=args.speed_texts, speed_repeats=args.speed_repeats,
         hidden_weight=args.hidden_weight)
 

@@ -88,6 +88,7 @@ from bertkit.training.distill_targets import (
     distill_collate,
     fingerprint,
     no_label,
+    read_cached_outputs,
     read_unlabelled,
     teacher_targets,
     with_targets,
@@ -216,8 +217,8 @@ class Transfer:
     teacher_train: list[dict[str, Any]]
     student_dev: list[Split]
     teacher_dev: list[Split]
-    labelled: int
-    unlabelled: int
+    labelled: int  # examples read from the task's training set
+    unlabelled: int  # texts only the teacher labels (--unlabelled)
     labels: list[str] | None
     note: str | None = None  # how the data was split (--split-dev), said in the records
 
@@ -235,10 +236,10 @@ def read_transfer(task: Task, cfg: DistillConfig, teacher: nn.Module, teacher_to
     train_examples = data.train.examples[: cfg.finetune.max_train_examples] + extra
     student_extra = task.featurize(extra, student_tok, settings, label2id, train=False)
     student_train = data.train.features + [no_label(task, f) for f in student_extra]
+    labelled = len(train_examples) - len(extra)  # examples (span QA: questions, not windows)
     if student_tok is teacher_tok:
         teacher_train, teacher_dev = student_train, data.dev_splits
     else:
-        labelled = len(train_examples) - len(extra)
         student_ids = ([f["example_index"] for f in data.train.features]
                        + [labelled + f["example_index"] for f in student_extra])
         teacher_train = align_teacher(student_ids, task.featurize(
@@ -246,7 +247,7 @@ def read_transfer(task: Task, cfg: DistillConfig, teacher: nn.Module, teacher_to
         teacher_dev = [featurized(task, s.name, s.path, s.examples, teacher_tok, settings,
                                   label2id, train=False) for s in data.dev_splits]
     return Transfer(student_train, teacher_train, data.dev_splits, teacher_dev,
-                    len(data.train.features), len(extra), data.labels, data.note)
+                    labelled, len(extra), data.labels, data.note)
 
 
 def check_labels(task: Task, teacher: nn.Module, labels: list[str] | None,
@@ -287,14 +288,17 @@ def check_task_options(task: Task, cfg: DistillConfig, spec: StudentSpec) -> Non
 
 
 def check_lengths(data: Transfer, teacher: BertConfig, student: BertConfig) -> None:
-    """Every input fits the positions of the model that reads it (found before any work)."""
-    for who, config, features in (("teacher", teacher, data.teacher_train),
-                                  ("student", student, data.student_train)):
-        longest = max(feature_lengths(features), default=0)
-        if longest > config.max_position_embeddings:
-            raise BertkitError(f"a training input has {longest} tokens but the {who} has "
-                               f"{config.max_position_embeddings} positions; pass "
-                               f"--max-seq-length {config.max_position_embeddings}")
+    """Every input, training and dev, fits the positions of the model that reads it (found
+    before any work, not at the first evaluation)."""
+    for who, config, trained, dev in (("teacher", teacher, data.teacher_train, data.teacher_dev),
+                                      ("student", student, data.student_train, data.student_dev)):
+        for what, features in (("the training set", trained),
+                               *((f"the {s.name} split", s.features) for s in dev)):
+            longest = max(feature_lengths(features), default=0)
+            if longest > config.max_position_embeddings:
+                raise BertkitError(f"an input of {what} has {longest} tokens but the {who} has "
+                                   f"{config.max_position_embeddings} positions; pass "
+                                   f"--max-seq-length {config.max_position_embeddings}")
 
 
 def run_distill(cfg: DistillConfig) -> dict[str, Any]:
@@ -325,10 +329,13 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
     shape = student_config(spec, teacher.config)
     data = read_transfer(task, cfg, teacher, teacher_tok, student_tok, settings)
     check_lengths(data, teacher.config, shape)
+    key = fingerprint(data.teacher_train, cfg.teacher_dir)
+    cached = read_cached_outputs(out, key)  # another teacher's or data's: refused, nothing written
     claim_output_dir(out, DISTILL_MARKER, settings_json, resume, inputs=inputs)
     try:
         build_student(teacher, teacher_tok, spec, cfg.finetune.train.seed, init_dir)
-        targets = teacher_outputs(task, cfg, teacher, data.teacher_train, out)
+        targets = (cached if cached is not None
+                   else teacher_outputs(task, cfg, teacher, data.teacher_train, out, key))
         hidden = (functools.partial(hidden_transfer, teacher, spec, cfg.finetune.train.seed)
                   if cfg.hidden_weight else None)
         # the student tunes what the teacher tuned on dev (SQuAD v2.0's threshold) for itself
@@ -349,10 +356,11 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
 
 
 def teacher_outputs(task: Task, cfg: DistillConfig, teacher: nn.Module,
-                    features: list[dict[str, Any]], out: Path) -> list[torch.Tensor]:
+                    features: list[dict[str, Any]], out: Path, key: str) -> list[torch.Tensor]:
+    """The teacher's outputs on `features`, computed once and cached under `key` (`fingerprint`)."""
     train_cfg = cfg.finetune.train
     precision = resolve_precision(train_cfg.precision, resolve_device(train_cfg.device))
-    return cached_teacher_outputs(out, fingerprint(features, cfg.teacher_dir), functools.partial(
+    return cached_teacher_outputs(out, key, functools.partial(
         compute_teacher_outputs, task, teacher, features, cfg.finetune.eval_batch_size,
         precision, train_cfg.progress))
 
@@ -378,7 +386,8 @@ def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: Ber
     ft = cfg.finetune
     out = Path(ft.output_dir)
     if (out / "metrics.json").is_file() and resume:  # trained before a later step died
-        model = load_model(task, out, data.labels, ft)
+        # on the run's device, as a student just trained is: the speed is timed beside the teacher
+        model = load_model(task, out, data.labels, ft).to(resolve_device(ft.train.device))
         return model, json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     student = load_model(task, init_dir, data.labels, ft)
     check_vocab(student.config, tokenizer.vocab_size, init_dir)

@@ -14,15 +14,22 @@ from torch import nn
 from bertkit.heads import HeadOutput, SpanOutput
 
 IGNORE = -100  # hard label of an example only the teacher labels (classification, tagging)
-SPAN_PAD = -1e4  # a padding position's logit in the span loss: exp(-1e4 / T) is 0 in float32
+# a masked class's scaled logit: its probability is 0 in float32 and its log-probability finite
+# (a target of 0 times it is 0, where -inf would give nan)
+MASKED_LOGIT = torch.finfo(torch.float32).min / 2
 
 
-def soft_cross_entropy(student: torch.Tensor, teacher: torch.Tensor,
-                       temperature: float) -> torch.Tensor:
+def soft_cross_entropy(student: torch.Tensor, teacher: torch.Tensor, temperature: float,
+                       mask: torch.Tensor | None = None) -> torch.Tensor:
     """(..., L) logits -> (...): T² x Σ_c -softmax(teacher/T)_c · log_softmax(student/T)_c.
-    Its gradient is the KL divergence's; it differs from it by the teacher's entropy, a constant."""
-    targets = F.softmax(teacher.float() / temperature, dim=-1)
-    log_probs = F.log_softmax(student.float() / temperature, dim=-1)
+    Its gradient is the KL divergence's; it differs from it by the teacher's entropy, a constant.
+    `mask` (..., L): the classes that exist (span QA: a feature's real positions); the others
+    get probability 0 on both sides, whatever T is (they are masked after the division)."""
+    s, t = student.float() / temperature, teacher.float() / temperature
+    if mask is not None:
+        s, t = s.masked_fill(~mask, MASKED_LOGIT), t.masked_fill(~mask, MASKED_LOGIT)
+    targets = F.softmax(t, dim=-1)
+    log_probs = F.log_softmax(s, dim=-1)
     return -(targets * log_probs).sum(-1) * temperature**2
 
 
@@ -36,7 +43,8 @@ def masked_mean(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
 def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor,
                       scored: torch.Tensor, temperature: float, alpha: float,
                       regression: bool) -> torch.Tensor:
-    """alpha x soft + (1 - alpha) x hard, each a mean over the scored rows.
+    """alpha x soft + (1 - alpha) x hard: the soft term a mean over the scored rows, the hard
+    term over the rows with a gold label.
 
     student, teacher: (R, L) logits of R rows (examples, or tokens for tagging); labels (R,):
     class ids with IGNORE where none, or scores with NaN where none (regression); scored (R,):
@@ -49,7 +57,8 @@ def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, labels: torc
         soft = soft_cross_entropy(student, teacher, temperature)  # (R,)
         has_label = labels != IGNORE
         hard = F.cross_entropy(student.float(), labels.long().clamp(min=0), reduction="none")
-    return alpha * masked_mean(soft, scored) + (1 - alpha) * masked_mean(hard, has_label & scored)
+    # the hard term wherever there is a gold label, even where the teacher's tokens ended sooner
+    return alpha * masked_mean(soft, scored) + (1 - alpha) * masked_mean(hard, has_label)
 
 
 def span_distillation_loss(start: torch.Tensor, end: torch.Tensor, teacher: torch.Tensor,
@@ -61,13 +70,11 @@ def span_distillation_loss(start: torch.Tensor, end: torch.Tensor, teacher: torc
     positions (`BertForQuestionAnswering`'s: the mean of its two cross-entropies).
 
     start, end: (B, T) student logits; teacher: (B, T, 2); mask (B, T): the feature's real
-    positions, the only ones either distribution covers here (padding's logits are pushed to
-    a large negative number: a probability of 0 and, times a target of 0, no loss)."""
+    positions, the only ones either distribution covers here (padding gets a probability of 0
+    and, times a target of 0, no loss)."""
     soft = start.new_zeros((), dtype=torch.float32)
     for k, student in enumerate((start, end)):
-        s = student.float().masked_fill(~mask, SPAN_PAD)
-        t = teacher[..., k].float().masked_fill(~mask, SPAN_PAD)
-        soft = soft + soft_cross_entropy(s, t, temperature).mean() / 2
+        soft = soft + soft_cross_entropy(student, teacher[..., k], temperature, mask).mean() / 2
     return alpha * soft + (1 - alpha) * (hard if hard is not None else 0.0)
 
 

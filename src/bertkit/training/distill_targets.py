@@ -17,7 +17,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertkit.checkpoint import WEIGHTS_NAME
+from bertkit.checkpoint import LEGACY_WEIGHTS_NAME, WEIGHTS_NAME
+from bertkit.config import CONFIG_NAME
 from bertkit.data.corpus import CorpusStats, read_corpus
 from bertkit.data.sentences import split_sentences
 from bertkit.errors import BertkitError
@@ -103,30 +104,53 @@ def compute_teacher_outputs(task: Task, teacher: nn.Module, features: list[dict[
 
 
 def fingerprint(features: list[dict[str, Any]], teacher_dir: str | Path) -> str:
-    """What the cached outputs depend on: the inputs the teacher saw and its weights."""
+    """What the cached outputs depend on: the inputs the teacher saw, its weights (the file
+    `checkpoint.read_state_dict` reads: safetensors, else the legacy pickle) and its config.json
+    (an activation or a norm epsilon changes the outputs with the weights unchanged)."""
     digest = hashlib.sha256()
     for f in features:
         digest.update(json.dumps([f["input_ids"], f["token_type_ids"]]).encode())
-    weights = Path(teacher_dir) / WEIGHTS_NAME
-    if weights.is_file():
-        with open(weights, "rb") as fh:
+    folder = Path(teacher_dir)
+    weights = next((folder / n for n in (WEIGHTS_NAME, LEGACY_WEIGHTS_NAME)
+                    if (folder / n).is_file()), None)
+    for path in (weights, folder / CONFIG_NAME):
+        if path is None or not path.is_file():
+            continue
+        digest.update(path.name.encode())
+        with open(path, "rb") as fh:
             for block in iter(functools.partial(fh.read, 1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
+
+
+def read_cached_outputs(out: Path, key: str) -> list[torch.Tensor] | None:
+    """The teacher's outputs cached in `out` for `key`; None when there is no cache. A cache
+    computed for other inputs or another teacher is refused (before the run writes anything),
+    so is one that cannot be read."""
+    path = out / CACHE_NAME
+    if not path.is_file():
+        return None
+    try:
+        state = load_file(str(path))
+        stored = bytes(state["fingerprint"].tolist()).decode()
+        targets = list(state["logits"].split(state["counts"].tolist()))
+    except Exception as err:  # SafetensorError, KeyError, a damaged file
+        raise BertkitError(f"{path}: unreadable ({type(err).__name__}: {err}); delete it to "
+                           "compute the teacher's outputs again") from None
+    if stored != key:
+        raise BertkitError(f"{path}: computed for other inputs or another teacher (the data "
+                           "or the teacher changed since the run began); use a new folder")
+    return targets
 
 
 def cached_teacher_outputs(out: Path, key: str, compute) -> list[torch.Tensor]:
     """The teacher's outputs from the run's cache, else `compute()`d once and saved (atomically:
     a kill never leaves a cache that looks whole)."""
     path = out / CACHE_NAME
-    if path.is_file():
-        state = load_file(str(path))
-        stored = bytes(state["fingerprint"].tolist()).decode()
-        if stored != key:
-            raise BertkitError(f"{path}: computed for other inputs or another teacher (the data "
-                               "or the teacher changed since the run began); use a new folder")
+    cached = read_cached_outputs(out, key)
+    if cached is not None:
         log.info("teacher outputs: read from %s", path)
-        return list(state["logits"].split(state["counts"].tolist()))
+        return cached
     targets = compute()
     state = {"logits": torch.cat(targets).contiguous(),
              "counts": torch.tensor([len(t) for t in targets], dtype=torch.long),
