@@ -46,6 +46,24 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+@contextlib.contextmanager
+def updating(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (its sibling `NAME.lock`) while the block runs: a read,
+    change and rewrite of a file that two processes update (two sittings of one study) then
+    never loses the other's change. Blocks until the other is done (its update is short)."""
+    if fcntl is None:
+        yield
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # as the atomic write would
+    with open(path.with_name(path.name + ".lock"), "a", encoding="utf-8") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")

@@ -24,6 +24,13 @@ from bertkit.cli.main import main
     (["--hours", "0"], "--hours must be > 0"),
     (["--hours", "nan"], "--hours must be > 0"),
     (["--model", "huge"], "invalid choice: 'huge'"),
+    (["--budget", "0.5"], "choose pretrain-recipes' runs"),
+    (["--variants", "mask40"], "choose pretrain-recipes' runs"),
+    (["--finetune", "--hours", "1"], "--hours limits a pre-training sitting"),
+    (["--cooldown", "--hours", "1"], "--hours limits a pre-training sitting"),
+    (["--status", "--hours", "1"], "--status and --report read the records"),
+    (["--status", "--finetune", "--points", "1h"], "drop --points"),
+    (["--task-text", "conll2003"], "invalid choice: 'conll2003'"),
 ])
 def test_options_that_need_another_are_refused(shared_data, tmp_path, capsys, args, says):
     work = tmp_path / "work"
@@ -41,6 +48,19 @@ def test_an_unknown_budget_is_refused(shared_data, tmp_path, capsys):
     assert main(["study", "pretrain-curve", "--data", str(shared_data), "--work", str(work),
                  "--finetune", "--finetune-task", "mrpc", "--points", "1h,3h"]) == 1
     assert "no budget 3h" in capsys.readouterr().err
+
+
+def test_a_report_of_nothing_keeps_the_records_there(shared_data, tmp_path, capsys):
+    """A wrong --work has nothing recorded: the committed table and records stay as they are."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "pretrain_curve.json").write_text('{"rows": [1]}')
+    for name in ("pretrain-curve", "pretrain-recipes"):
+        assert main(["study", name, "--data", str(shared_data), "--work",
+                     str(tmp_path / "nowhere"), "--report", str(docs)]) == 1
+        assert "no report written" in capsys.readouterr().err
+    assert [p.name for p in docs.iterdir()] == ["pretrain_curve.json"]
+    assert (docs / "pretrain_curve.json").read_text() == '{"rows": [1]}'
 
 
 def test_the_bf16_curve_has_a_folder_of_its_own(shared_data, tmp_path, monkeypatch, capsys):

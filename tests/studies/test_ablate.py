@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import sys
 
 import pytest
@@ -54,6 +55,28 @@ def test_plots_are_pngs_or_skipped_without_matplotlib(tmp_path, monkeypatch, cap
     assert report.plot_bars({"t": {"x": [1.0]}}, tmp_path / "none2.png", "acc") is None
     assert not (tmp_path / "none.png").exists()
     assert sum("matplotlib is not installed" in r.message for r in caplog.records) == 1
+
+
+def _put_cells(path, first, n):
+    store = ResultsStore(path, {"budget": 1.0})
+    for seed in range(first, first + n):
+        store.put(ResultsStore.key("mlm", "sst2", seed), {"score": float(seed)})
+
+
+def test_two_processes_recording_into_one_store_lose_nothing(tmp_path):
+    """Each rewrite reads the file again under its lock: two sittings recording at once (each
+    from the store it opened) end with every record of both."""
+    path = tmp_path / "results.json"
+    ResultsStore(path, {"budget": 1.0}).begin()
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_put_cells, args=(path, first, 40)) for first in (0, 100)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    cells = json.loads(path.read_text())["cells"]
+    assert sorted(int(k.split("/")[-1]) for k in cells) == [*range(40), *range(100, 140)]
 
 
 def test_results_store_resumes_and_refuses_other_settings(tmp_path):

@@ -36,11 +36,52 @@ def test_points_at_cpu_budgets_across_sittings(settings, tmp_path):
     guesses = curve_finetune.first_guesses(work / "points" / "0.0006h")
     assert len(guesses) == 5 and all(isinstance(g, str) and g for g in guesses)
     # a later sitting with the same settings finds nothing to do; other settings are refused
-    curve.pretrain_points(curve.open_store(work, settings), settings, work)
+    recorded = (work / "study.json").read_bytes()
+    assert curve.pretrain_points(curve.open_store(work, settings), settings, work) == 0.0
+    assert (work / "study.json").read_bytes() == recorded
     with pytest.raises(BertkitError, match="other settings"):
         curve.open_store(work, curve.CurveSettings(**{**settings.__dict__, "lr": 5e-4}))
     lines = curve.status_lines(store)
     assert lines[0].startswith("horizon:") and lines[1].startswith("0.0006h: step")
+
+
+def test_a_budget_passed_without_its_record_is_refused(settings, tmp_path):
+    """A sitting killed between exporting a point and recording it: the run is past the budget,
+    and training on would take the point at the wrong step."""
+    work = tmp_path / "work"
+    curve.prepare_data(settings, work)
+    store = curve.open_store(work, settings)
+    curve.pretrain_points(store, settings, work)
+    study = json.loads((work / "study.json").read_text())
+    del study["pretrain"]["0.0006h"], study["pretrain"]["0.0012h"]
+    (work / "study.json").write_text(json.dumps(study))
+    with pytest.raises(BertkitError, match="already past the 0.0006h budget"):
+        curve.pretrain_points(curve.open_store(work, settings), settings, work)
+
+
+def test_two_sittings_writing_one_file_keep_each_others_records(settings, tmp_path):
+    """The pre-training sitting and a decay branch's both record points in study.json, each
+    from the store it opened: neither loses the other's."""
+    first, second = (curve.open_store(tmp_path, settings) for _ in range(2))
+    first.put_pretrain("0.0006h+cool", {"step": 12})
+    second.put_pretrain("0.0012h", {"step": 20})
+    first.put_pretrain("0.0006h+cool", {"tokens_seen": 99})  # merged into its own entry
+    on_disk = json.loads((tmp_path / "study.json").read_text())["pretrain"]
+    assert on_disk == {"0.0006h+cool": {"step": 12, "tokens_seen": 99}, "0.0012h": {"step": 20}}
+    assert first.pretrain_info("0.0012h") == {"step": 20}  # the store sees the other's too
+
+
+def test_settings_are_written_when_a_sitting_begins(settings, tmp_path):
+    """Before the vocabulary and shards: a sitting killed while making them and begun again
+    with other settings is refused, not handed the first one's data."""
+    store = curve.open_store(tmp_path, settings)
+    store.begin()
+    assert json.loads((tmp_path / "study.json").read_text())["pretrain"] == {}
+    with pytest.raises(BertkitError, match="other settings.*vocab_size"):
+        curve.open_store(tmp_path, dataclasses.replace(settings, vocab_size=400))
+    store.put_pretrain("horizon", {"steps": 5})
+    store.begin()  # a file already there is kept as it is
+    assert curve.open_store(tmp_path, settings).pretrain_info("horizon") == {"steps": 5}
 
 
 def _hold(work, part, ready, done):

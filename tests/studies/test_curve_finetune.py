@@ -54,6 +54,39 @@ def test_selected_lr_skips_collapsed_runs(tmp_path):
     assert curve_finetune.selected_lr(cells, ft, "random") == 1e-4
 
 
+def test_the_rate_is_chosen_on_the_selection_seed_and_the_seeds_run_at_it(settings, tmp_path,
+                                                                          shared_data,
+                                                                          monkeypatch):
+    """Two rates: each model's grid runs on the selection seed alone, the reported seeds all at
+    the rate that scored best there (a different one for each model here)."""
+    work = tmp_path / "work"
+    curve.prepare_data(settings, work)
+    store = curve.open_store(work, settings)
+    store.put_pretrain("0.0006h", {"hours": 0.0006, "step": 3})
+    (work / "points" / "0.0006h").mkdir(parents=True)
+    best = {curve_finetune.RANDOM: 1e-4, "0.0006h": 1e-3}
+    runs = []
+
+    def fake_cell(recipe, model_dir, task, folder, seed):
+        variant = model_dir.name
+        lr = recipe.train.lr
+        runs.append((variant, lr, seed))
+        return {"score": 80.0 if lr == best[variant] else 60.0, "seconds": 0.0}
+
+    monkeypatch.setattr(curve_finetune.pipeline, "finetune_cell", fake_cell)
+    ft = curve_finetune.FinetuneSettings(lr_grid=(1e-4, 1e-3), seeds=3)
+    cells = curve_finetune.open_cells(work, ft)
+    curve_finetune.finetune_points(store, cells, settings, ft, work, shared_data)
+    for variant, lr in best.items():
+        grid = [(r, s) for v, r, s in runs if v == variant and s == ft.selection_seed]
+        reported = [(r, s) for v, r, s in runs if v == variant and s != ft.selection_seed]
+        assert sorted(grid) == [(1e-4, ft.selection_seed), (1e-3, ft.selection_seed)]
+        assert reported == [(lr, 0), (lr, 1), (lr, 2)]
+        assert cells.scores(variant, "sst2") == [80.0, 80.0, 80.0]  # the grid's runs not among them
+    with pytest.raises(BertkitError, match="--points 0.0012h: not recorded yet"):
+        curve_finetune.finetune_points(store, cells, settings, ft, work, shared_data, ["0.0012h"])
+
+
 def test_report_rewrites_only_the_block_between_the_markers(tmp_path):
     page = tmp_path / "pretraining.md"
     page.write_text(f"# Title\n\nprose before\n\n{curve_finetune.CURVE_BEGIN}\nold table\n"

@@ -13,6 +13,7 @@ from bertkit.cli.common import data_root
 from bertkit.config import PRESETS
 from bertkit.errors import BertkitError
 from bertkit.studies import cooldown, curve, curve_finetune, recipes
+from bertkit.tasks.glue import GLUE_TASKS
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +88,9 @@ def _recipe_options(p: argparse._ArgumentGroup) -> None:
                    "with random init; with --task-text, on a task's own text (Gururangan et "
                    "al.'s task-adaptive pre-training). Defaults then: lr 1e-4, batch 32, 10%% "
                    "warmup, the model's dropout, budgets 0.25-2 CPU-hours; use its own --work")
-    p.add_argument("--task-text", default=None, metavar="TASK",
-                   help="with --init: pre-train on TASK's training texts without their labels "
-                   "(default: the book text)")
+    p.add_argument("--task-text", default=None, metavar="TASK", choices=GLUE_TASKS,
+                   help="with --init: pre-train on TASK's training texts without their labels, "
+                   f"a GLUE task ({', '.join(GLUE_TASKS)}; default: the book text)")
     p.add_argument("--model", default=DEFAULTS.model, choices=tuple(PRESETS), metavar="PRESET",
                    help=f"the architecture, a preset: {', '.join(PRESETS)}")
     p.add_argument("--vocab-size", type=int, default=DEFAULTS.vocab_size, metavar="N",
@@ -107,7 +108,7 @@ def _recipe_options(p: argparse._ArgumentGroup) -> None:
 
 
 def _fixed_budget_options(p: argparse._ArgumentGroup) -> None:
-    p.add_argument("--budget", type=float, default=1.0, metavar="HOURS",
+    p.add_argument("--budget", type=float, default=None, metavar="HOURS",
                    help="each variant's CPU-hours, as steps: the base's step cost probed once, each "
                    "variant's against the base's side by side; every run trains its steps to the "
                    "end whatever the load does to its CPU seconds (default: 1; folder "
@@ -142,6 +143,17 @@ def check_options(args: argparse.Namespace) -> None:
         raise BertkitError(f"--hours must be > 0 CPU-hours, got {args.hours:g}")
     if args.task_text and not args.init:
         raise BertkitError("--task-text is for continued pre-training: give --init MODEL too")
+    if args.name == "pretrain-curve" and (args.budget is not None or args.variants):
+        raise BertkitError("--budget and --variants choose pretrain-recipes' runs; the curve's "
+                           "budgets are its points")
+    reads_only = args.status or args.report
+    if math.isfinite(args.hours) and (reads_only or args.finetune or args.cooldown):
+        raise BertkitError("--hours limits a pre-training sitting's CPU-hours; "
+                           + ("--status and --report read the records" if reads_only else
+                              "--finetune and --cooldown run to the end of what they do "
+                              "(a decay branch is 20% of its point's steps)"))
+    if args.points and reads_only:
+        raise BertkitError("--status and --report show every recorded point: drop --points")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -177,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     with curve.sitting(work, "pretrain"):
         store = curve.open_store(work, settings)
+        store.begin()  # before the vocabulary and shards it guards are made
         for line in curve.status_lines(store):
             log.info("%s", line)
         torch.set_num_threads(settings.threads)
@@ -231,6 +244,9 @@ def report_curve(args: argparse.Namespace, settings: curve.CurveSettings,
                                      work if args.report else None)
     if rows:
         print(curve_finetune.report_markdown(rows, ft))
+    if args.report and not rows:
+        raise BertkitError(f"{work}: nothing recorded, so no report written (the table and "
+                           f"records in {args.report} are kept); is --work the study's folder?")
     if args.report:
         args.report.mkdir(parents=True, exist_ok=True)
         name = curve_finetune.report_name(settings)
@@ -247,17 +263,21 @@ def run_recipes(args: argparse.Namespace, base: curve.CurveSettings,
                 ft: curve_finetune.FinetuneSettings, work: Path) -> int:
     """`bertkit study pretrain-recipes`: every variant to the budget, then fine-tuned; or its
     table (--status, --report)."""
-    if not (math.isfinite(args.budget) and args.budget > 0):
-        raise BertkitError(f"--budget must be > 0 CPU-hours, got {args.budget:g}")
+    budget = 1.0 if args.budget is None else args.budget
+    if not (math.isfinite(budget) and budget > 0):
+        raise BertkitError(f"--budget must be > 0 CPU-hours, got {budget:g}")
     names = recipes.parse_variants(args.variants)
     if not (args.status or args.report):
         torch.set_num_threads(base.threads)
-        recipes.run_recipes(base, args.budget, names, work, data_root(args.data), ft,
+        recipes.run_recipes(base, budget, names, work, data_root(args.data), ft,
                             hours_left=args.hours)
-    rows = recipes.recipe_rows(base, args.budget, names, work, ft, guesses=bool(args.report))
+    rows = recipes.recipe_rows(base, budget, names, work, ft, guesses=bool(args.report))
     print(recipes.recipes_markdown(rows, ft) if rows else f"{work}: no variant recorded yet")
+    if args.report and not rows:
+        raise BertkitError(f"{work}: no variant recorded, so no report written (the table in "
+                           f"{args.report} is kept); is --work the study's folder?")
     if args.report:
         args.report.mkdir(parents=True, exist_ok=True)
-        page = recipes.write_recipes_report(args.report, rows, ft, base, args.budget)
+        page = recipes.write_recipes_report(args.report, rows, ft, base, budget)
         print(f"wrote {page}")
     return 0

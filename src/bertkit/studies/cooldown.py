@@ -120,7 +120,9 @@ def run_branch(store: ResultsStore, settings: CurveSettings, work: Path, label: 
         # so that the run resumes from it rather than refusing a folder it did not write
         claim_output_dir(run, PRETRAIN_MARKER, dataclasses.asdict(cfg))
         release_output_dir(run)
-        shutil.copytree(folder / "checkpoints", run / "checkpoints")
+        # copied whole, then renamed: a kill during the copy never leaves a state to resume from
+        shutil.copytree(folder / "checkpoints", run / "checkpoints.tmp")
+        (run / "checkpoints.tmp").rename(run / "checkpoints")
     arch = pipeline.architecture_file(run)
     if settings.init is None and not arch.is_file():
         shutil.copyfile(pipeline.architecture_file(work / "run"), arch)

@@ -301,6 +301,13 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
             log.info("this sitting's %.2f CPU-hours are used; the next one continues", hours_left)
             return spent
         before = float(saved_cost(work / "run")["cpu_seconds"])
+        if not fixed_steps and before >= hours * HOUR:
+            raise BertkitError(
+                f"{work / 'run'}: already past the {label} budget ({before:.0f} of "
+                f"{hours * HOUR:.0f} CPU-s) with no record of {label} in {store.path.name}: a "
+                "sitting stopped between exporting the point and recording it, or the record "
+                "was lost. The point cannot be taken at its budget any more; continue the curve "
+                "in a new --work folder, or remove that budget from the study")
         stop_at = min(math.inf if fixed_steps else hours * HOUR,
                       before + (hours_left * HOUR - spent))
         stop_at = None if math.isinf(stop_at) else stop_at

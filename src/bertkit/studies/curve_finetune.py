@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import BertkitError
 from bertkit.inference.pretraining import fill_mask, load_pretraining_model
 from bertkit.io import atomic_write_text
 from bertkit.metrics import mean_std
@@ -146,6 +147,10 @@ def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSet
     given): the lr grid on the selection seed, then the reported seeds at the chosen rate."""
 
     labels = check_points(settings, points)
+    missing = [p for p in points or () if store.pretrain_info(p) is None]
+    if missing:
+        raise BertkitError(f"--points {','.join(missing)}: not recorded yet (--status lists "
+                           "what is; pre-train, or branch with --cooldown, to it first)")
     tokenizer = BertTokenizer.from_pretrained(work / "vocab")
     if settings.init is not None:
         models = {INIT: Path(settings.init)}

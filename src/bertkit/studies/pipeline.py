@@ -158,13 +158,17 @@ def random_init(config: BertConfig, tokenizer, out_dir: str | os.PathLike, seed:
     export (HF layout + tokenizer) so that fine-tuning treats both alike."""
     out = Path(out_dir)
     if not (out / "config.json").is_file():
+        # a temporary folder of this process's own: two sittings that start together (the SST-2
+        # subset and a whole task) both make the same seeded twin; the first to finish keeps it
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
         torch.manual_seed(seed)
-        tmp = out.with_name(out.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
         BertForPreTraining(config).save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        shutil.rmtree(out, ignore_errors=True)
-        os.replace(tmp, out)
+        try:
+            os.replace(tmp, out)
+        except OSError:  # the other sitting's is there, whole
+            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

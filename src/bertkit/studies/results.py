@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.io import atomic_write_text
+from bertkit.io import atomic_write_text, updating
 from bertkit.studies.report import read_records
 
 log = logging.getLogger(__name__)
@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 
 class ResultsStore:
     """`results.json`: the settings, the pre-training plan and one record per finished cell,
-    rewritten atomically after every change (a kill loses at most the cell in progress)."""
+    rewritten atomically after every change (a kill loses at most the cell in progress), under
+    a lock and merged with what another process wrote meanwhile."""
 
     def __init__(self, path: str | Path, settings: dict[str, Any],
                  added_later: dict[str, Any] | None = None):
@@ -48,22 +49,36 @@ class ResultsStore:
         return key in self.data["cells"]
 
     def put(self, key: str, record: dict[str, Any]) -> None:
-        self.data["cells"][key] = record
-        self._write()
+        self._update("cells", key, lambda old: record)
 
     def pretrain_info(self, variant: str) -> dict[str, Any] | None:
         return self.data["pretrain"].get(variant)
 
     def put_pretrain(self, variant: str, info: dict[str, Any]) -> None:
-        self.data["pretrain"][variant] = {**self.data["pretrain"].get(variant, {}), **info}
-        self._write()
+        self._update("pretrain", variant, lambda old: {**(old or {}), **info})
 
     def scores(self, variant: str, task: str) -> list[float]:
         prefix = f"{variant}/{task}/"
         return [c["score"] for k, c in sorted(self.data["cells"].items()) if k.startswith(prefix)]
 
-    def _write(self) -> None:
-        atomic_write_text(self.path, json.dumps(self.data, indent=2, default=str) + "\n")
+    def begin(self) -> None:
+        """Write the file now if it is not there yet: its settings then guard what the sitting
+        caches before its first record (a vocabulary, shards), so that a sitting killed early
+        and begun again with other settings is refused rather than reusing them."""
+        with updating(self.path):
+            if not self.path.is_file():
+                atomic_write_text(self.path, json.dumps(self.data, indent=2, default=str) + "\n")
+
+    def _update(self, section: str, key: str, change: Callable[[Any], Any]) -> None:
+        """Change one entry and rewrite the file, reading it again under its lock first: two
+        sittings of a study (pre-training and a decay branch, say) write the same file, and
+        each keeps the other's records (this store then holds them too)."""
+        with updating(self.path):
+            if self.path.is_file():
+                on_disk = json.loads(self.path.read_text(encoding="utf-8"))
+                self.data = {**on_disk, "settings": self.data["settings"]}
+            self.data[section][key] = change(self.data[section].get(key))
+            atomic_write_text(self.path, json.dumps(self.data, indent=2, default=str) + "\n")
 
 
 class Progress:
