@@ -61,10 +61,23 @@ def test_preset_table_is_the_issue_table():
     (dict(vocab_size=-5), "positive"),
     (dict(hidden_act="gelu_fancy"), "hidden_act"),
     (dict(hidden_dropout_prob=1.5), "hidden_dropout_prob"),
+    (dict(layer_norm_eps=-1.0), "layer_norm_eps must be a finite number > 0"),
+    (dict(layer_norm_eps=0), "layer_norm_eps"),
+    (dict(layer_norm_eps=float("nan")), "layer_norm_eps"),
+    (dict(initializer_range="x"), "initializer_range"),
+    (dict(id2label={0: "x", 1: "x"}), "names 'x' for more than one id"),
+    (dict(id2label={0: "a", 1: "b"}, label2id={"a": 1, "b": 0}), "label2id disagrees"),
 ])
 def test_validation_messages(changes, message):
     with pytest.raises(BertkitError, match=message):
         BertConfig(**changes)
+
+
+def test_a_config_files_error_names_the_file(tmp_path):
+    config = BertConfig(layer_norm_eps=1e-12).to_dict()
+    (tmp_path / "config.json").write_text(json.dumps({**config, "layer_norm_eps": -1}))
+    with pytest.raises(BertkitError, match=r"config\.json: BertConfig\.layer_norm_eps"):
+        BertConfig.load(tmp_path)
 
 
 def test_unknown_preset():

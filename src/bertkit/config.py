@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,12 +81,33 @@ class BertConfig:
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise BertkitError(f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+        # a non-positive epsilon makes LayerNorm return NaN for some inputs: answers that look
+        # like answers
+        for name, low in (("layer_norm_eps", 0.0), ("initializer_range", 0.0)):
+            value = getattr(self, name)
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or value < low
+                    or (name == "layer_norm_eps" and value == 0)):
+                raise BertkitError(f"BertConfig.{name} must be a finite number "
+                                   f"{'> 0' if name == 'layer_norm_eps' else '>= 0'}, "
+                                   f"got {value!r}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise BertkitError(f"pad_token_id {self.pad_token_id} outside vocab_size {self.vocab_size}")
         if self.id2label is not None:
             object.__setattr__(self, "id2label", {int(k): str(v) for k, v in self.id2label.items()})
-            if self.label2id is None or set(self.label2id) != set(self.id2label.values()):
-                object.__setattr__(self, "label2id", {v: k for k, v in self.id2label.items()})
+            names = list(self.id2label.values())
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:  # two outputs one answer: a prediction could not say which
+                raise BertkitError(f"BertConfig.id2label names {', '.join(map(repr, twice))} "
+                                   "for more than one id")
+            inverse = {v: k for k, v in self.id2label.items()}
+            if self.label2id is not None and set(self.label2id) == set(names):
+                wrong = sorted(k for k, v in self.label2id.items() if str(v) != str(inverse[k]))
+                if wrong:
+                    raise BertkitError(f"BertConfig.label2id disagrees with id2label on "
+                                       f"{', '.join(map(repr, wrong))}")
+            else:
+                object.__setattr__(self, "label2id", inverse)
 
     @property
     def num_labels(self) -> int:
@@ -156,5 +178,5 @@ class BertConfig:
                                "architecture (see a transformers-saved config.json)")
         try:
             return cls.from_dict(data)
-        except TypeError as err:
+        except (TypeError, BertkitError) as err:  # the file named: which of a run's configs
             raise BertkitError(f"{path}: {err}") from None

@@ -155,6 +155,17 @@ def test_glue_outputs_and_transformers_loads_the_model(tiny_model, shared_data, 
                  "--max-eval-examples", "20", "--no-progress"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["examples"] == 20 and 0.0 <= result["accuracy"] <= 1.0
+    # NaN weights score no accuracy: an error, not 50% with exit 0
+    from safetensors.torch import load_file, save_file
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(out, damaged)
+    state = load_file(damaged / "model.safetensors")
+    state["classifier.weight"] = torch.full_like(state["classifier.weight"], float("nan"))
+    save_file(state, damaged / "model.safetensors")
+    assert main(["evaluate", str(damaged), "--data", str(shared_data / "glue"),
+                 "--max-eval-examples", "20", "--no-progress"]) == 1
+    assert "outputs are not finite" in capsys.readouterr().err
 
     from transformers import AutoModelForSequenceClassification
 

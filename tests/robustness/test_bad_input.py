@@ -632,6 +632,90 @@ def d_embed_output_over_model_weights(w: World) -> Spec:
                  "--no-progress"], [model, texts], ["model.safetensors"])
 
 
+def damaged_run(w: World, name: str, *, weights=None, config=None) -> Path:
+    """A private copy of the SST-2 run with its weights (a function of the state dict) or its
+    config.json (a dict of changes) damaged."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    run = w.copy(w.sst2_run, name)
+    if weights is not None:
+        save_file(weights(load_file(run / "model.safetensors")), run / "model.safetensors")
+    if config is not None:
+        saved = json.loads((run / "config.json").read_text(encoding="utf-8"))
+        (run / "config.json").write_text(json.dumps({**saved, **config}), encoding="utf-8")
+    return run
+
+
+def nan_classifier(state: dict) -> dict:
+    return {k: torch.full_like(v, float("nan")) if k == "classifier.weight" else v
+            for k, v in state.items()}
+
+
+@case
+def b_predict_nan_weights(w: World) -> Spec:
+    run = damaged_run(w, "sst2-run", weights=nan_classifier)
+    return Spec(["predict", run, "--text", "a good movie", "--scores", "--no-progress"], [run],
+                ["not finite"])
+
+
+@case
+def b_predict_negative_layer_norm_eps(w: World) -> Spec:
+    run = damaged_run(w, "sst2-run", config={"layer_norm_eps": -1})
+    return Spec(["predict", run, "--text", "a good movie", "--no-progress"], [run],
+                ["config.json", "layer_norm_eps"])
+
+
+@case
+def b_predict_one_label_twice(w: World) -> Spec:
+    run = damaged_run(w, "sst2-run", config={"id2label": {"0": "x", "1": "x"}})
+    return Spec(["predict", run, "--text", "a good movie", "--no-progress"], [run],
+                ["config.json", "id2label"])
+
+
+@case
+def b_predict_regression_task_on_a_classifier(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    return Spec(["predict", run, "--task", "stsb", "--text", "a good movie", "--pair", "a film",
+                 "--no-progress"], [run], ["stsb", "regression"])
+
+
+@case
+def b_predict_three_label_task_on_two_labels(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    return Spec(["predict", run, "--task", "mnli", "--text", "a good movie", "--pair", "a film",
+                 "--no-progress"], [run], ["mnli", "2-label"])
+
+
+@case
+def b_predict_pair_for_a_one_text_task(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    return Spec(["predict", run, "--text", "a good movie", "--pair", "a film", "--no-progress"],
+                [run], ["sst2", "pair"])
+
+
+@case
+def b_predict_pair_task_without_its_pair(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    return Spec(["predict", run, "--task", "rte", "--text", "a good movie", "--no-progress"],
+                [run], ["rte", "--pair"])
+
+
+@case
+def d_plot_output_over_model_weights(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    return Spec(["plot", run, "--output", run / "model.safetensors"], [run],
+                ["model.safetensors"])
+
+
+@case
+def d_plot_output_is_users_png(w: World) -> Spec:
+    run = w.copy(w.sst2_run, "sst2-run")
+    mine = w.write("figure.png", b"my own figure")
+    return Spec(["plot", run, "--output", mine], [run, mine], ["figure.png"])
+
+
 # --- the tests ----------------------------------------------------------------------------------
 
 def ids(prefix: str) -> list[str]:

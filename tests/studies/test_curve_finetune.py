@@ -87,6 +87,35 @@ def test_the_rate_is_chosen_on_the_selection_seed_and_the_seeds_run_at_it(settin
         curve_finetune.finetune_points(store, cells, settings, ft, work, shared_data, ["0.0012h"])
 
 
+def test_a_report_never_replaces_files_it_did_not_write(tmp_path):
+    from bertkit.studies.report import check_report_target
+
+    begin, page, own = curve_finetune.CURVE_BEGIN, tmp_path / "pretraining.md", tmp_path / "c.md"
+    png = tmp_path / "c.png"
+    assert check_report_target(page, begin, own, [png]) == own  # a new folder
+    png.write_bytes(b"the user's own figure")
+    with pytest.raises(BertkitError, match="c.png: exists and is not a report's"):
+        check_report_target(page, begin, own, [png])
+    own.write_text("# my notes\n")  # a page of the report's name, without its block
+    with pytest.raises(BertkitError, match="c.md: exists and is not a report's"):
+        check_report_target(page, begin, own, [png])
+    own.write_text(f"{begin}\nold\n{curve_finetune.CURVE_END}\n")  # the report's own
+    assert check_report_target(page, begin, own, [png]) == own
+    page.write_text(f"prose\n{begin}\nold\n{curve_finetune.CURVE_END}\n")  # docs/
+    assert check_report_target(page, begin, own, [png]) == page
+
+
+def test_damaged_records_are_named(tmp_path):
+    settings = curve.CurveSettings(corpus=("x",))
+    for text in ("[]", '{"settings": {}', "", '{"settings": 5, "pretrain": {}, "cells": {}}'):
+        (tmp_path / "study.json").write_text(text)
+        with pytest.raises(BertkitError, match="study.json"):
+            curve.open_store(tmp_path, settings)
+    (tmp_path / "cells-mrpc.json").write_text('{"settings": 5}')
+    with pytest.raises(BertkitError, match="cells-mrpc.json"):
+        curve_finetune.recorded_settings(tmp_path)
+
+
 def test_report_rewrites_only_the_block_between_the_markers(tmp_path):
     page = tmp_path / "pretraining.md"
     page.write_text(f"# Title\n\nprose before\n\n{curve_finetune.CURVE_BEGIN}\nold table\n"

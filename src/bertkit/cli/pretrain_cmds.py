@@ -9,7 +9,9 @@ import os
 from pathlib import Path
 
 from bertkit.cli.common import add_hardware, add_join_timeout, add_resume, run_together
+from bertkit.errors import BertkitError
 from bertkit.inference.pretraining import fill_mask, is_next_probability, load_pretraining_model
+from bertkit.io import check_new_file
 from bertkit.studies.report import plot_run
 from bertkit.training import distributed
 from bertkit.training.optim import OPTIMIZERS, SCHEDULES
@@ -26,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "and draw training/eval loss and accuracy curves (needs matplotlib: "
                        "pip install 'bertkit[plot]').")
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    p.add_argument("--output", type=Path, help="PNG path (default RUN_DIR/curves.png)")
+    p.add_argument("--output", type=Path, help="a new PNG file (default RUN_DIR/curves.png, "
+                   "which a later plot of the run replaces)")
     p.set_defaults(func=run_plot)
     p = sub.add_parser("fill-mask", help="top-k predictions for each [MASK] in a text",
                        description="Show what a pre-trained model predicts at each [MASK].")
@@ -131,6 +134,10 @@ def _pretrain(args: argparse.Namespace) -> int:
 
 
 def run_plot(args: argparse.Namespace) -> int:
+    if args.output is not None:  # the user's file, never replaced (curves.png is the plot's own)
+        check_new_file(args.output, inputs=[args.run_dir])
+        if args.output.suffix.lower() != ".png":
+            raise BertkitError(f"--output {args.output}: give a .png file name")
     print(plot_run(args.run_dir, args.output or args.run_dir / "curves.png"))
     return 0
 

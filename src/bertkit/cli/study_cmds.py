@@ -13,6 +13,7 @@ from bertkit.cli.common import data_root
 from bertkit.config import PRESETS
 from bertkit.errors import BertkitError
 from bertkit.studies import cooldown, curve, curve_finetune, recipes
+from bertkit.studies.report import check_report_target
 from bertkit.tasks.glue import GLUE_TASKS
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,8 @@ def check_options(args: argparse.Namespace) -> None:
                            + ("--status and --report read the records" if reads_only else
                               "--finetune and --cooldown run to the end of what they do "
                               "(a decay branch is 20% of its point's steps)"))
+    if args.report is not None and args.report.exists() and not args.report.is_dir():
+        raise BertkitError(f"--report {args.report}: a file, not a folder")
     if args.points and reads_only:
         raise BertkitError("--status and --report show every recorded point: drop --points")
 
@@ -251,6 +254,8 @@ def report_curve(args: argparse.Namespace, settings: curve.CurveSettings,
         args.report.mkdir(parents=True, exist_ok=True)
         name = curve_finetune.report_name(settings)
         png = args.report / f"{name[0]}.png"
+        check_report_target(args.report / "pretraining.md", name[1], args.report / f"{name[0]}.md",
+                            [png, args.report / f"{name[0]}.json"])
         curve_finetune.plot_curve(rows, png)
         page = curve_finetune.write_report(args.report, rows, ft, curve.status_lines(store),
                                            name, curve_finetune.task_rows(store, settings, work),

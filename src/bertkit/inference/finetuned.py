@@ -20,7 +20,8 @@ from bertkit.training.finetune import TASK_KEY, evaluate_splits, load_split, wri
 def task_of(model_dir: str | Path, name: str | None, columns: ColumnSpec | None = None) -> Task:
     """The task a model was fine-tuned on (config.json's `bertkit_task`) unless `name` is given;
     a `name` whose head differs from the model's task is refused (it would answer nonsense)."""
-    extra = BertConfig.load(check_model_dir(model_dir)).extra
+    config = BertConfig.load(check_model_dir(model_dir))
+    extra = config.extra
     saved = extra.get(TASK_KEY)
     if name is None and saved is None:
         raise BertkitError(f"{model_dir}: config.json does not name the task it was fine-tuned "
@@ -29,7 +30,25 @@ def task_of(model_dir: str | Path, name: str | None, columns: ColumnSpec | None 
     if saved is not None and get_task(saved).head != task.head:
         raise BertkitError(f"{model_dir}: fine-tuned for {saved!r}, which has another head than "
                            f"{task.name!r}; use a model fine-tuned for {task.name}")
+    check_outputs(task, config, model_dir)
     return task.with_release_info(extra)
+
+
+def check_outputs(task: Task, config: BertConfig, model_dir: str | Path) -> None:
+    """A sequence classifier's outputs fit the task: one score for a regression, as many labels
+    as the task has (a 2-label head read as MNLI's 3 would always miss one)."""
+    if task.head != "BertForSequenceClassification":
+        return
+    n, labels = config.num_labels, getattr(task, "labels", None)
+    if task.regression and n != 1:
+        raise BertkitError(f"{model_dir}: a {n}-label head, but {task.name} is a regression (one "
+                           "score); use a model fine-tuned for it")
+    if not task.regression and n == 1:
+        raise BertkitError(f"{model_dir}: a one-score (regression) head, but {task.name} has "
+                           "labels; use a model fine-tuned for it")
+    if labels and len(labels) != n:
+        raise BertkitError(f"{model_dir}: a {n}-label head, but {task.name} has {len(labels)} "
+                           f"labels ({', '.join(labels)}); use a model fine-tuned for it")
 
 
 def load_for(task: Task, model_dir: str | Path):
@@ -49,7 +68,8 @@ def evaluate_model(model_dir: str | Path, task: Task, path: Path, settings: Feat
                       train=False)
     if not data.examples:
         raise BertkitError(f"{path}: no examples to evaluate")
-    metrics = evaluate_splits(task, model, [data], settings, batch_size, out_dir, progress)
+    metrics = evaluate_splits(task, model, [data], settings, batch_size, out_dir, progress,
+                              require_finite=True)
     metrics = {"task": task.name, "file": str(path), "examples": len(data.examples), **metrics}
     if out_dir is not None:
         write_json(out_dir / "metrics.json", metrics)
@@ -66,7 +86,8 @@ def predict_examples(model_dir: str | Path, task: Task, examples: list[Any],
         raise BertkitError("no inputs to predict on")
     model, tokenizer = load_for(task, model_dir)
     features = task.featurize(examples, tokenizer, settings, model.config.label2id, train=False)
-    outputs = run_model(model, features, task.collate, task.output_keys, batch_size)
+    outputs = run_model(model, features, task.collate, task.output_keys, batch_size,
+                        require_finite=True)
     id2label = model.config.id2label
     final = task.final_predictions(task.decode(examples, features, outputs, id2label, settings), {})
     extra = task.prediction_scores(examples, features, outputs, id2label) if scores else {}

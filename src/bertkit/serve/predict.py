@@ -78,7 +78,8 @@ def predict(model: ServedModel, records: Sequence[dict[str, Any]]) -> list[dict[
                 for i, r in enumerate(records)]
     features = task.featurize(examples, model.tokenizer, settings, model.config.label2id,
                               train=False)
-    outputs = run_model(model.head, features, task.collate, task.output_keys, batch_size=32)
+    outputs = run_model(model.head, features, task.collate, task.output_keys, batch_size=32,
+                        require_finite=True)
     predictions = task.decode(examples, features, outputs, model.config.id2label, settings)
     final = task.final_predictions(predictions, {})
     extra = task.prediction_scores(examples, features, outputs, model.config.id2label)

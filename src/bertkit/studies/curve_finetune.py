@@ -27,7 +27,7 @@ from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.inference.pretraining import fill_mask, load_pretraining_model
-from bertkit.io import atomic_write_text
+from bertkit.io import atomic_write_text, read_json_object
 from bertkit.metrics import mean_std
 from bertkit.studies import pipeline
 from bertkit.studies.ablate import task_files
@@ -120,8 +120,12 @@ def recorded_settings(work: Path) -> list[FinetuneSettings]:
     task, a dropout), in the order of `WHOLE_TASKS`, the model's own dropout first."""
     found = []
     for path in work.glob("cells-*.json"):
-        recorded = json.loads(path.read_text(encoding="utf-8"))["settings"]
-        found.append(FinetuneSettings(**{**recorded, "lr_grid": tuple(recorded["lr_grid"])}))
+        recorded = read_json_object(path).get("settings")
+        try:
+            found.append(FinetuneSettings(**{**recorded, "lr_grid": tuple(recorded["lr_grid"])}))
+        except (TypeError, KeyError) as err:
+            raise BertkitError(f"{path}: not a fine-tuning record's settings ({err}): damaged, "
+                               "or not the study's file") from None
     order = {task: i for i, task in enumerate(WHOLE_TASKS)}
     return sorted(found, key=lambda ft: (ft.train_examples is None, order.get(ft.task, 99),
                                          ft.dropout is not None, ft.dropout or 0.0))

@@ -33,7 +33,13 @@ from typing import Any
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text
 from bertkit.studies import curve, curve_finetune
-from bertkit.studies.report import format_gain, format_mean_std, markdown_table, write_block
+from bertkit.studies.report import (
+    check_report_target,
+    format_gain,
+    format_mean_std,
+    markdown_table,
+    write_block,
+)
 from bertkit.tokenization import BertTokenizer
 
 log = logging.getLogger(__name__)
@@ -185,6 +191,8 @@ def write_recipes_report(folder: Path, rows: Sequence[dict[str, Any]],
                          budget_hours: float) -> Path:
     """The table into `folder/pretraining.md` between the recipe markers (or
     `folder/pretrain_recipes.md`), the records beside it in `pretrain_recipes.json`."""
+    check_report_target(folder / "pretraining.md", RECIPES_BEGIN, folder / "pretrain_recipes.md",
+                        [folder / "pretrain_recipes.json"])
     atomic_write_text(folder / "pretrain_recipes.json", json.dumps(
         {"budget_hours": budget_hours, "base": dataclasses.asdict(base), "rows": list(rows)},
         indent=1, default=str) + "\n")

@@ -142,6 +142,24 @@ def write_markdown(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
+def check_report_target(page: Path, begin: str, fallback: Path,
+                        companions: Sequence[Path] = ()) -> Path:
+    """Where `write_block` writes, checked before a report writes anything: `page` when it
+    holds the markers, else `fallback`, which must be new or a block a report wrote. The files
+    written beside it (`companions`: its PNG, its records) are replaced only when the report's
+    block is already there: a folder a report wrote, never a user's files of the same names."""
+    if page.is_file() and begin in page.read_text(encoding="utf-8", errors="replace"):
+        return page
+    ours = fallback.is_file() and begin in fallback.read_text(encoding="utf-8", errors="replace")
+    if not ours:
+        for path in (fallback, *companions):
+            if path.exists():
+                raise BertkitError(f"{path}: exists and is not a report's (no {begin} block "
+                                   f"in {fallback.name}); not replaced: choose another "
+                                   "report folder")
+    return fallback
+
+
 def write_block(page: Path, begin: str, end: str, body: str, fallback: Path) -> Path:
     """`body` between the markers `begin` and `end` of `page` (the prose around them kept), or
     into `fallback` when the page has no such markers (a report folder other than docs/)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.io import atomic_write_text, updating
+from bertkit.io import atomic_write_text, read_json_object, updating
 from bertkit.studies.report import read_records
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class ResultsStore:
                     if not (added_later and k in added_later and v == added_later[k])}
         settings = json.loads(json.dumps(settings, default=str))
         if self.path.is_file():
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = self._read()
             if data.get("settings") != settings:
                 changed = sorted(k for k in settings if data.get("settings", {}).get(k) != settings[k])
                 raise BertkitError(f"{self.path}: made with other settings ({', '.join(changed)}); "
@@ -61,6 +61,16 @@ class ResultsStore:
         prefix = f"{variant}/{task}/"
         return [c["score"] for k, c in sorted(self.data["cells"].items()) if k.startswith(prefix)]
 
+    def _read(self) -> dict[str, Any]:
+        """The file, checked to have the store's shape (a damaged one is named, not a traceback)."""
+        data = read_json_object(self.path)
+        for section in ("settings", "pretrain", "cells"):
+            if not isinstance(data.get(section), dict):
+                raise BertkitError(f"{self.path}: no {section!r} object: not a study's records, "
+                                   "or damaged (the folder's runs are kept; restore the file or "
+                                   "use a new folder)")
+        return data
+
     def begin(self) -> None:
         """Write the file now if it is not there yet: its settings then guard what the sitting
         caches before its first record (a vocabulary, shards), so that a sitting killed early
@@ -75,7 +85,7 @@ class ResultsStore:
         each keeps the other's records (this store then holds them too)."""
         with updating(self.path):
             if self.path.is_file():
-                on_disk = json.loads(self.path.read_text(encoding="utf-8"))
+                on_disk = self._read()
                 self.data = {**on_disk, "settings": self.data["settings"]}
             self.data[section][key] = change(self.data[section].get(key))
             atomic_write_text(self.path, json.dumps(self.data, indent=2, default=str) + "\n")

@@ -166,9 +166,12 @@ def pad_collate(features: Sequence[Feature], pad_ids: dict[str, int],
 def run_model(model: nn.Module, features: Sequence[Feature],
               collate: Callable[[Sequence[Feature]], dict[str, torch.Tensor]],
               output_keys: Sequence[str], batch_size: int = 64,
-              progress: bool = False) -> dict[str, list[torch.Tensor]]:
+              progress: bool = False, require_finite: bool = False
+              ) -> dict[str, list[torch.Tensor]]:
     """Forward every feature in eval mode without labels; returns, per output key, one tensor
-    per feature (on CPU, float32, padding stripped by the caller). Restores the train flag."""
+    per feature (on CPU, float32, padding stripped by the caller). Restores the train flag.
+    `require_finite` (answering, not training): a NaN or infinite output is an error, never
+    decoded into an answer that looks like one (argmax of NaN is a label)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -181,7 +184,11 @@ def run_model(model: nn.Module, features: Sequence[Feature],
                 batch = {k: v.to(device) for k, v in batch.items() if not _is_label(k)}
                 out = model(**batch)
                 for key in output_keys:
-                    outputs[key].extend(getattr(out, key).float().cpu().unbind(0))
+                    values = getattr(out, key).float()
+                    if require_finite and not torch.isfinite(values).all():
+                        raise BertkitError("the model's outputs are not finite (NaN or inf): its "
+                                           "weights or config.json are damaged")
+                    outputs[key].extend(values.cpu().unbind(0))
     finally:
         model.train(was_training)
     return outputs

@@ -106,6 +106,13 @@ class ClassificationTask(Task):
         pair = next((record[n] for n in self.pair_fields if n in record), None)
         if pair is not None:
             pair = record_text(record, [n for n in self.pair_fields if n in record], where)
+        takes_pairs = getattr(self, "takes_pairs", None)  # (a GLUE task's; custom data: either)
+        if takes_pairs and pair is None:
+            raise BertkitError(f"{where}: {self.name} reads a pair of texts; give the second "
+                               "(\"pair\"; on the command line --pair)")
+        if takes_pairs is False and pair is not None:
+            raise BertkitError(f"{where}: {self.name} reads one text; drop the pair (the model "
+                               "never saw one, and it would change the answer)")
         return TextExample(guid, record_text(record, self.text_fields, where), pair, None, where)
 
     def output_record(self, example: TextExample, prediction: Any) -> dict[str, Any]:

@@ -255,23 +255,26 @@ def load_model(task: Task, model_dir: str | Path, labels: list[str] | None,
 
 
 def predict_split(task: Task, model: nn.Module, split: Split, settings: FeatureSettings,
-                  batch_size: int, progress: bool = False) -> dict[str, Any]:
+                  batch_size: int, progress: bool = False,
+                  require_finite: bool = False) -> dict[str, Any]:
     outputs = run_model(model, split.features, task.collate, task.output_keys, batch_size,
-                        progress)
+                        progress, require_finite)
     id2label = getattr(model.config, "id2label", None)
     return task.decode(split.examples, split.features, outputs, id2label, settings)
 
 
 def evaluate_splits(task: Task, model: nn.Module, splits: list[Split],
                     settings: FeatureSettings, batch_size: int, out_dir: Path | None,
-                    progress: bool = False) -> dict[str, Any]:
+                    progress: bool = False, require_finite: bool = False) -> dict[str, Any]:
     """Metrics of every split (a split's suffix is added to its metric names, e.g. MNLI's
     `accuracy_mismatched`); a collapsed run is flagged (`collapsed` + `collapse_reason`);
-    predictions written under `out_dir` when given."""
+    predictions written under `out_dir` when given. `require_finite`: `run_model`'s (a model
+    evaluated on its own, `bertkit evaluate`; a diverged training run is flagged, not stopped)."""
     suffixes = task.eval_splits()
     metrics: dict[str, Any] = {}
     for split in splits:
-        predictions = predict_split(task, model, split, settings, batch_size, progress)
+        predictions = predict_split(task, model, split, settings, batch_size, progress,
+                                    require_finite)
         suffix = suffixes.get(split.name, f"_{split.name}")
         scores = task.score(split.examples, predictions)
         metrics.update({f"{k}{suffix}": v for k, v in scores.items()})
