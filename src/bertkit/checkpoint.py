@@ -14,6 +14,7 @@ import logging
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -226,12 +227,19 @@ def require_head(model_dir: str | os.PathLike, head: str) -> None:
                            "`bertkit pretrain` (OUTPUT/model)")
 
 
-def check_vocab(config: BertConfig, vocab_size: int, model_dir: str | os.PathLike) -> None:
-    """The tokenizer and the model must agree on the vocabulary size."""
+def check_vocab(config: BertConfig, tokenizer: Any, model_dir: str | os.PathLike) -> None:
+    """The tokenizer (a `BertTokenizer`) and the model must agree on the vocabulary: its size,
+    and where [PAD] is (a vocab.txt whose lines moved shifts every id: answers, not errors)."""
+    vocab_size = tokenizer.vocab_size
     if vocab_size != config.vocab_size:
         raise BertkitError(f"{model_dir}: vocab.txt has {vocab_size} tokens but the model's "
                            f"vocab_size is {config.vocab_size}: the tokenizer does not belong "
                            "to this model")
+    pad = tokenizer.vocab.get("[PAD]")
+    if pad is not None and pad != config.pad_token_id:
+        raise BertkitError(f"{model_dir}: vocab.txt has [PAD] at id {pad} but config.json's "
+                           f"pad_token_id is {config.pad_token_id}: the vocabulary's order is "
+                           "not the model's (every id would be shifted)")
 
 
 class PretrainedMixin:

@@ -703,6 +703,16 @@ def b_predict_pair_task_without_its_pair(w: World) -> Spec:
 
 
 @case
+def b_predict_vocab_lines_moved(w: World) -> Spec:
+    """[PAD] moved from the first line to the last: the same size, every id shifted by one."""
+    run = w.copy(w.sst2_run, "sst2-run")
+    vocab = (run / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    (run / "vocab.txt").write_text("\n".join(vocab[1:] + vocab[:1]) + "\n", encoding="utf-8")
+    return Spec(["predict", run, "--text", "a good movie", "--no-progress"], [run],
+                ["vocab.txt", "[PAD]"])
+
+
+@case
 def d_plot_output_over_model_weights(w: World) -> Spec:
     run = w.copy(w.sst2_run, "sst2-run")
     return Spec(["plot", run, "--output", run / "model.safetensors"], [run],

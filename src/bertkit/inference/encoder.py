@@ -116,7 +116,7 @@ class Encoder:
             st_length, st_pooling = sentence_transformers_settings(model_dir)
             tokenizer = tokenizer or BertTokenizer.from_pretrained(model_dir)
             model = BertModel.from_pretrained(model_dir)
-            check_vocab(model.config, tokenizer.vocab_size, model_dir)
+            check_vocab(model.config, tokenizer, model_dir)
         if tokenizer is None:
             raise BertkitError("Encoder(model) needs tokenizer=... when given a model object")
         self.device = resolve_device(device)

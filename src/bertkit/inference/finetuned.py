@@ -55,7 +55,7 @@ def load_for(task: Task, model_dir: str | Path):
     """The fine-tuned model and its tokenizer, checked to belong together."""
     check_model_dir(model_dir)
     model, tokenizer = load_finetuned(task, model_dir), BertTokenizer.from_pretrained(model_dir)
-    check_vocab(model.config, tokenizer.vocab_size, model_dir)
+    check_vocab(model.config, tokenizer, model_dir)
     return model, tokenizer
 
 

@@ -24,7 +24,7 @@ def load_pretraining_model(model_dir: str | os.PathLike, *heads: str
     tokenizer = BertTokenizer.from_pretrained(model_dir)
     cls = BertForPreTraining if "nsp" in heads else BertForMaskedLM
     model = cls.from_pretrained(model_dir)
-    check_vocab(model.config, tokenizer.vocab_size, model_dir)
+    check_vocab(model.config, tokenizer, model_dir)
     return model, tokenizer
 
 

@@ -111,7 +111,7 @@ def load_model(model_dir: str | os.PathLike, name: str) -> ServedModel:
         else:
             tokenizer = BertTokenizer.from_pretrained(path)
             bert = BertModel.from_pretrained(path)
-            check_vocab(bert.config, tokenizer.vocab_size, path)
+            check_vocab(bert.config, tokenizer, path)
             served = ServedModel(name, path, bert.config, tokenizer, bert, [])
     # A sentence-transformers folder also gives the pooling and maximum length to embed with.
     length, pooling = sentence_transformers_settings(path)

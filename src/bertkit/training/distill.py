@@ -390,7 +390,7 @@ def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: Ber
         model = load_model(task, out, data.labels, ft).to(resolve_device(ft.train.device))
         return model, json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     student = load_model(task, init_dir, data.labels, ft)
-    check_vocab(student.config, tokenizer.vocab_size, init_dir)
+    check_vocab(student.config, tokenizer, init_dir)
     objective = DistillationObjective(student, cfg.temperature, cfg.alpha, task.regression,
                                       hidden(student) if hidden else None, cfg.hidden_weight)
     features = with_targets(data.student_train, targets)

@@ -359,7 +359,7 @@ def _train_claimed(task: Task, cfg: FinetuneConfig, data: TaskData, tokenizer: B
     out = Path(cfg.output_dir)
     main = distributed.is_main()
     model = load(task, cfg.model_dir, data.labels, cfg)
-    check_vocab(model.config, tokenizer.vocab_size, cfg.model_dir)
+    check_vocab(model.config, tokenizer, cfg.model_dir)
     loop_cfg = dataclasses.replace(train_config(cfg, len(data.train.features)), resume=resume)
     lengths = feature_lengths(data.train.features) if cfg.group_by_length else None
     result = train(model, data.train.features, training_collate(task, model, cfg), loop_cfg,
