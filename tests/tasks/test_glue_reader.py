@@ -66,6 +66,13 @@ def test_missing_column_names_file_and_line(tmp_path):
         get_task("rte").read(path)
 
 
+def test_bytes_that_are_not_utf8_name_file_and_line(tmp_path):
+    path = tmp_path / "dev.tsv"
+    path.write_bytes(b"sentence\tlabel\ngood\t1\nbad \xe9 film\t0\n")  # a Latin-1 byte
+    with pytest.raises(BertkitError, match=r"dev\.tsv, line 3: not valid UTF-8 \(byte 0xe9\)"):
+        get_task("sst2").read(path)
+
+
 def test_unknown_label_in_dev_names_file_and_line(tmp_path, minilm_path):
     from bertkit.tokenization.wordpiece import BertTokenizer
 

@@ -18,7 +18,7 @@ import torch
 
 from bertkit import metrics as M
 from bertkit.errors import BertkitError
-from bertkit.io import atomic_write_text
+from bertkit.io import atomic_write_text, read_text_lines
 from bertkit.tasks.base import (
     Feature,
     FeatureSettings,
@@ -168,13 +168,8 @@ def _label_order(label: str) -> tuple[int, float | str]:
 def read_tsv(path: Path) -> list[tuple[int, list[str]]]:
     """(1-based line number, fields) of every non-empty line; quoting off, BOM dropped."""
     require_file(path, "a tab-separated GLUE file")
-    rows = []
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        for number, line in enumerate(f, start=1):
-            line = line.rstrip("\r\n")
-            if line.strip():
-                rows.append((number, line.split("\t")))
-    return rows
+    # (bytes that are not UTF-8: an error naming the file and line)
+    return [(number, line.split("\t")) for number, line in read_text_lines(path) if line.strip()]
 
 
 def column_indices(header: list[str], names: Sequence[str | None], path: Path
