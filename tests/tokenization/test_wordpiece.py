@@ -362,6 +362,9 @@ def test_config_without_do_lower_case_defaults_to_uncased(tmp_path: Path, google
         ('{"tokenize_chinese_chars": false}', "tokenize_chinese_chars=False"),
         ('{"do_lower_case": "yes"}', "do_lower_case must be a bool, got 'yes'"),
         ('{"max_input_chars_per_word": 0}', "max_input_chars_per_word must be >= 1"),
+        ('{"tokenizer_class": "GPT2Tokenizer"}', "'GPT2Tokenizer' is not BERT's WordPiece"),
+        ('{"unk_token": "[NOPE]"}', r"unk_token '\[NOPE\]' is not \[UNK\]"),
+        ('{"cls_token": {"content": "<s>"}}', r"cls_token '<s>' is not \[CLS\]"),
     ],
 )
 def test_bad_tokenizer_config(tmp_path: Path, google_vocab, config: str, message: str) -> None:
@@ -369,6 +372,14 @@ def test_bad_tokenizer_config(tmp_path: Path, google_vocab, config: str, message
     (tmp_path / "tokenizer_config.json").write_text(config, encoding="utf-8")
     with pytest.raises(BertkitError, match=message):
         BertTokenizer.from_pretrained(tmp_path)
+
+
+def test_hf_special_tokens_as_strings_or_added_tokens_are_read(tmp_path: Path, google_vocab):
+    (tmp_path / "vocab.txt").write_text("".join(f"{t}\n" for t in google_vocab), encoding="utf-8")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "BertTokenizerFast", "unk_token": "[UNK]",
+         "mask_token": {"content": "[MASK]", "lstrip": False}}), encoding="utf-8")
+    assert BertTokenizer.from_pretrained(tmp_path).vocab_size == len(google_vocab)
 
 
 def test_corpus_ids_never_hold_special_ids_for_literal_markers(minilm_path):

@@ -12,6 +12,11 @@ from bertkit.io import read_json_object
 
 UNK, CLS, SEP, PAD, MASK = "[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"
 SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+SPECIAL_NAMES = ("pad", "unk", "cls", "sep", "mask")  # HF's tokenizer_config keys: pad_token ...
+# tokenizer_config.json's tokenizer_class values that are this WordPiece tokenizer
+WORDPIECE_CLASSES = frozenset({"BertTokenizer", "BertTokenizerFast", "DistilBertTokenizer",
+                               "DistilBertTokenizerFast", "ElectraTokenizer",
+                               "ElectraTokenizerFast"})
 REQUIRED_TOKENS = (UNK, CLS, SEP)
 # HF writes int(1e30) as model_max_length to mean "no limit known".
 _NO_LIMIT_SENTINEL = 10**9
@@ -73,6 +78,17 @@ def read_tokenizer_config(path: Path) -> dict[str, Any]:
     for key, bad in unsupported.items():
         if bad:
             raise BertkitError(f"{path}: {key}={config[key]!r} is not supported by bertkit")
+    kind = config.get("tokenizer_class")
+    if kind is not None and kind not in WORDPIECE_CLASSES:
+        raise BertkitError(f"{path}: tokenizer_class {kind!r} is not BERT's WordPiece tokenizer "
+                           f"({', '.join(sorted(WORDPIECE_CLASSES))}); bertkit would split the "
+                           "text differently from the model's own tokenizer")
+    for name, token in zip(SPECIAL_NAMES, SPECIAL_TOKENS):
+        given = config.get(f"{name}_token")
+        given = given.get("content") if isinstance(given, dict) else given  # (HF's AddedToken)
+        if given is not None and given != token:
+            raise BertkitError(f"{path}: {name}_token {given!r} is not {token}, the token "
+                               "bertkit's BERT inputs use")
     return config
 
 

@@ -45,6 +45,7 @@ from bertkit.tokenization.vocab_io import (
     MASK,
     PAD,
     SEP,
+    SPECIAL_NAMES,
     SPECIAL_TOKENS,
     UNK,
     check_vocab_entries,
@@ -53,7 +54,6 @@ from bertkit.tokenization.vocab_io import (
     read_tokenizer_config,
 )
 
-_SPECIAL_NAMES = ("pad", "unk", "cls", "sep", "mask")  # HF's tokenizer_config keys: pad_token ...
 DEFAULT_MAX_CHARS_PER_WORD = 100
 
 
@@ -138,7 +138,7 @@ class BertTokenizer:
             "do_lower_case": self._do_lower_case,
             "max_input_chars_per_word": self.max_input_chars_per_word,
             "split_special_tokens": self._split_special_tokens,
-            **{f"{name}_token": token for name, token in zip(_SPECIAL_NAMES, SPECIAL_TOKENS)},
+            **{f"{name}_token": token for name, token in zip(SPECIAL_NAMES, SPECIAL_TOKENS)},
         }
         if self.model_max_length is not None:
             config["model_max_length"] = self.model_max_length
