@@ -65,6 +65,8 @@ def test_inputs_jsonl_csv_tsv_with_pairs(tmp_path):
     ("bad.csv", "body,label\nfine,1\n", r"line 1: no column 'text' in the header"),
     ("bad.txt", b"good\nstill good\n\xff\xfe bad\n", r"bad\.txt, line 3: not valid UTF-8"),
     ("bad.xml", "<a/>", r"unknown input type"),
+    ("empty.txt", "", r"empty\.txt: no texts in it"),
+    ("empty.jsonl", "\n", r"empty\.jsonl: no texts in it"),
 ])
 def test_bad_record_reported_with_line_number(model_dir, tmp_path, capsys, name, content, message):
     src = tmp_path / name

@@ -25,14 +25,16 @@ def read_texts(path: Path, column: str = "text", pair_column: str | None = None
     if suffix == ".txt":
         if pair_column:
             raise BertkitError(f"{path}: --pair-column needs a .jsonl or .csv input")
-        return lines, None
-    if suffix == ".jsonl":
+        rows = [(line, None) for line in lines]  # a blank line too: row i is line i
+    elif suffix == ".jsonl":
         rows = _jsonl_rows(path, lines, column, pair_column)
     elif suffix in (".csv", ".tsv"):
         rows = _csv_rows(path, lines, column, pair_column, "\t" if suffix == ".tsv" else ",")
     else:
         raise BertkitError(f"{path}: unknown input type {suffix!r} (expected .txt, .jsonl, .csv, "
                            ".tsv)")
+    if not rows:
+        raise BertkitError(f"{path}: no texts in it")
     texts = [text for text, _ in rows]
     return texts, ([pair for _, pair in rows] if pair_column else None)
 
