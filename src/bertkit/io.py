@@ -132,8 +132,8 @@ def check_not_inside(output: str | os.PathLike, inputs: Sequence[str | os.PathLi
     for given in inputs:
         src = Path(given).resolve()
         if out == src or out in src.parents:
-            raise BertkitError(f"--output {output} is the input {given} (or inside it): write "
-                               "to a new folder so the input is never overwritten")
+            raise BertkitError(f"--output {output} is the input {given} (or a folder holding "
+                               "it): write to a new folder so the input is never overwritten")
 
 
 def check_output_outside(output: str | os.PathLike, inputs: Iterable[str | os.PathLike]) -> None:
