@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from bertkit.cli.main import main
+from bertkit.tasks import get_task
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -118,7 +119,8 @@ def test_finetune_evaluate_predict(task, tiny_model, shared_data, tmp_path, caps
     assert any(p.name.startswith("predictions") for p in out.iterdir())
     capsys.readouterr()
 
-    record = PREDICT_INPUT.get(task, {"text": "a cat sat", "pair": "the dog ran"})
+    pair = {"pair": "the dog ran"} if getattr(get_task(task), "takes_pairs", False) else {}
+    record = PREDICT_INPUT.get(task, {"text": "a cat sat", **pair})
     (tmp_path / "in.jsonl").write_text(json.dumps({"id": "x1", **record}) + "\n")
     assert main(["predict", str(out), "--input", str(tmp_path / "in.jsonl"), "--no-progress",
                  "--output", str(tmp_path / "out.jsonl")]) == 0

@@ -30,8 +30,9 @@ def task_of(model_dir: str | Path, name: str | None, columns: ColumnSpec | None 
     if saved is not None and get_task(saved).head != task.head:
         raise BertkitError(f"{model_dir}: fine-tuned for {saved!r}, which has another head than "
                            f"{task.name!r}; use a model fine-tuned for {task.name}")
+    task = task.with_release_info(extra)  # (a custom task's columns: regression or labels)
     check_outputs(task, config, model_dir)
-    return task.with_release_info(extra)
+    return task
 
 
 def check_outputs(task: Task, config: BertConfig, model_dir: str | Path) -> None:
