@@ -467,14 +467,19 @@ def test_unlabelled_texts_from_a_corpus_are_its_sentences_and_pairs_need_pairs(t
     assert len({e.guid for e in examples}) == 3
     mrpc = get_task("mrpc")
     train = [mrpc.example_from_record("0", {"text": "a", "pair": "b"}, "x")]
-    with pytest.raises(BertkitError, match="sentence pairs"):
-        distill.check_pairs(train, distill.read_unlabelled(mrpc, str(book), "text"), str(book))
+    with pytest.raises(BertkitError, match="sentence pairs and a corpus gives single"):
+        distill.read_unlabelled(mrpc, str(book), "text")
+    with pytest.raises(BertkitError, match="sentence pairs"):  # (a custom task's own)
+        distill.check_pairs(train, examples, str(book))
     records = tmp_path / "pairs.jsonl"
     records.write_text('{"text": "a good film", "pair": "a fine movie"}\n', encoding="utf-8")
     sst2 = get_task("sst2")
+    with pytest.raises(BertkitError, match="pairs.jsonl:1: sst2 reads one text"):
+        distill.read_unlabelled(sst2, str(records), "lines")
     with pytest.raises(BertkitError, match="single texts"):
         distill.check_pairs([sst2.example_from_record("0", {"text": "a"}, "x")],
-                            distill.read_unlabelled(sst2, str(records), "lines"), str(records))
+                            [mrpc.example_from_record("0", {"text": "a", "pair": "b"}, "x")],
+                            str(records))
 
 
 # --- hidden-state transfer (--hidden-weight) ----------------------------------------------------

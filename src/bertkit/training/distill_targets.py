@@ -38,6 +38,10 @@ def read_unlabelled(task: Task, path: str, fmt: str) -> list[Any]:
     own files, else one text per line), or the sentences of a corpus `prepare` reads."""
     if fmt == "lines":
         examples = read_input(task, Path(path))
+    elif getattr(task, "takes_pairs", False):
+        raise BertkitError(f"{path}: the task takes sentence pairs and a corpus gives single "
+                           "sentences; give JSONL records with \"text\" and \"pair\" "
+                           "(--unlabelled-format lines)")
     else:
         examples = corpus_examples(task, path, fmt)
     if not examples:
