@@ -19,7 +19,8 @@ from bertkit.training.finetune import TASK_KEY, evaluate_splits, load_split, wri
 
 def task_of(model_dir: str | Path, name: str | None, columns: ColumnSpec | None = None) -> Task:
     """The task a model was fine-tuned on (config.json's `bertkit_task`) unless `name` is given;
-    a `name` whose head differs from the model's task is refused (it would answer nonsense)."""
+    a `name` whose head differs from the model's task, or whose outputs the head does not give
+    (`check_outputs`), is refused (it would answer nonsense)."""
     config = BertConfig.load(check_model_dir(model_dir))
     extra = config.extra
     saved = extra.get(TASK_KEY)
