@@ -38,6 +38,11 @@ ARCHITECTURE_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_atte
                      "intermediate_size")
 
 
+def _finite(value: Any) -> bool:
+    """A real number (not a bool, not NaN or infinite)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 @dataclass(frozen=True)
 class BertConfig:
     vocab_size: int = 30522
@@ -83,14 +88,12 @@ class BertConfig:
                 raise BertkitError(f"BertConfig.{name} must be in [0, 1), got {getattr(self, name)}")
         # a non-positive epsilon makes LayerNorm return NaN for some inputs: answers that look
         # like answers
-        for name, low in (("layer_norm_eps", 0.0), ("initializer_range", 0.0)):
-            value = getattr(self, name)
-            if (isinstance(value, bool) or not isinstance(value, (int, float))
-                    or not math.isfinite(value) or value < low
-                    or (name == "layer_norm_eps" and value == 0)):
-                raise BertkitError(f"BertConfig.{name} must be a finite number "
-                                   f"{'> 0' if name == 'layer_norm_eps' else '>= 0'}, "
-                                   f"got {value!r}")
+        if not (_finite(self.layer_norm_eps) and self.layer_norm_eps > 0):
+            raise BertkitError("BertConfig.layer_norm_eps must be a finite number > 0, got "
+                               f"{self.layer_norm_eps!r}")
+        if not (_finite(self.initializer_range) and self.initializer_range >= 0):
+            raise BertkitError("BertConfig.initializer_range must be a finite number >= 0, got "
+                               f"{self.initializer_range!r}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise BertkitError(f"pad_token_id {self.pad_token_id} outside vocab_size {self.vocab_size}")
         if self.id2label is not None:

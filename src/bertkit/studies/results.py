@@ -77,7 +77,7 @@ class ResultsStore:
         and begun again with other settings is refused rather than reusing them."""
         with updating(self.path):
             if not self.path.is_file():
-                atomic_write_text(self.path, json.dumps(self.data, indent=2, default=str) + "\n")
+                self._write()
 
     def _update(self, section: str, key: str, change: Callable[[Any], Any]) -> None:
         """Change one entry and rewrite the file, reading it again under its lock first: two
@@ -88,7 +88,10 @@ class ResultsStore:
                 on_disk = self._read()
                 self.data = {**on_disk, "settings": self.data["settings"]}
             self.data[section][key] = change(self.data[section].get(key))
-            atomic_write_text(self.path, json.dumps(self.data, indent=2, default=str) + "\n")
+            self._write()
+
+    def _write(self) -> None:
+        atomic_write_text(self.path, json.dumps(self.data, indent=2, default=str) + "\n")
 
 
 class Progress:
