@@ -52,10 +52,11 @@ class Scale:
 
 # CPU: a few minutes on 2 cores leave `tiny` on the unigram plateau (docs/ablations.md) but keep
 # the whole demo short. CUDA: `mini` (4 x 256), the budget curve's model, whose measured curve
-# (docs/pretraining.md) pays on CoNLL-2003 and STS-B by 49M tokens and is level with random
-# init on the demo's SST-2 subset once annealed, at 59M: the demo's minutes must buy more than
-# that (about 3,600 steps of 128 x 128 tokens in 7 minutes: 9 steps a second, which a GPU should
-# far exceed for a 5.5M-weight model); so every book, with 5 masks per document for the passes.
+# (docs/pretraining.md) pays on three of four tasks, SST-2's subset among them, at 88M tokens
+# (annealed, with fine-tuning dropout 0.1, most clearly at 105M): the demo's minutes must buy
+# more than that (about 6,500 steps of 128 x 128 tokens in 7 minutes: 16 steps a second, which a
+# GPU should far exceed for a 5.5M-weight model); so every book, with 5 masks per document for
+# the passes.
 # The demo's duration and the CUDA sizing: docs/benchmarks.md, "Measurements behind code choices".
 SCALES = {
     "cpu": Scale("tiny", 32, 20.0, 1, "a CPU: tiny model, batch 32, the first 20 MB of the corpus"),
