@@ -18,6 +18,24 @@ def real_sentences(shared_data: Path, n: int = 8) -> list[str]:
     return [" ".join(t.split()[:100]) for t in picked]
 
 
+def head_lines(src: Path, dst: Path, n: int) -> None:
+    """The first n lines of src (a header among them) written to dst."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with open(src, encoding="utf-8") as f:
+        dst.write_text("".join(line for _, line in zip(range(n), f)), encoding="utf-8")
+
+
+def small_glue(shared_data: Path, root: Path, task: str = "SST-2", train: int = 64,
+               dev: int = 100) -> Path:
+    """root laid out as a data folder (`root/glue/TASK/`) holding the first `train` and `dev`
+    rows of the real task's files: fine-tuning cells that take a few training examples then
+    neither read SST-2's 67,349 rows nor score its 872 dev sentences each time."""
+    for split, rows in (("train", train), ("dev", dev)):
+        head_lines(shared_data / "glue" / task / f"{split}.tsv",
+                   root / "glue" / task / f"{split}.tsv", rows + 1)
+    return root
+
+
 def _hold_until(folder: Path, ready, done) -> None:
     from bertkit.studies.runner import hold
 

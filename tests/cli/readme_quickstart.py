@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import head_lines
+
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 300
 
@@ -89,12 +91,6 @@ def scaled(line: str) -> str:
     for pattern, replacement in SCALED:
         line = re.sub(pattern, replacement, line)
     return line
-
-
-def head_lines(src: Path, dst: Path, n: int) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    with open(src, encoding="utf-8") as f:
-        dst.write_text("".join(line for _, line in zip(range(n), f)), encoding="utf-8")
 
 
 def small_data(shared: Path, root: Path) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from bertkit.errors import BertkitError
 from bertkit.studies import curve, curve_finetune, recipes
+from tests.helpers import small_glue
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -37,14 +38,15 @@ def test_a_small_study_pre_trains_fine_tunes_and_reports(shared_data, tmp_path):
                                batch_size=8, max_seq_length=32)
     ft = curve_finetune.FinetuneSettings(train_examples=32, epochs=1.0, lr_grid=(1e-3,), seeds=2)
     names, work = ("base", "mask40"), tmp_path / "work"
+    data = small_glue(shared_data, tmp_path / "data")
     # a sitting's pre-training hours are shared by the variants: used up in the base's run
-    recipes.run_recipes(base, BUDGET, names, work, shared_data, ft, hours_left=1e-7)
+    recipes.run_recipes(base, BUDGET, names, work, data, ft, hours_left=1e-7)
     assert "0.0006h" not in json.loads((work / "0.0006h" / "base" / "study.json").read_text()
                                        )["pretrain"]
     assert not (work / "0.0006h" / "mask40").exists()
-    recipes.run_recipes(base, BUDGET, names, work, shared_data, ft)
+    recipes.run_recipes(base, BUDGET, names, work, data, ft)
     recorded = {p: p.read_bytes() for p in work.rglob("*.json")}
-    recipes.run_recipes(base, BUDGET, names, work, shared_data, ft)  # done: nothing to redo
+    recipes.run_recipes(base, BUDGET, names, work, data, ft)  # done: nothing to redo
     assert {p: p.read_bytes() for p in work.rglob("*.json")} == recorded
     study = json.loads((work / "0.0006h" / "mask40" / "study.json").read_text())
     assert study["settings"]["masked_lm_prob"] == 0.4
