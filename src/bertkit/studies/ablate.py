@@ -129,8 +129,8 @@ def plan_pretraining(cfg: AblationConfig, store: ResultsStore, shards: Path, tok
                                                            "budget_seconds")})
             continue
         recipe, config = _recipe(cfg, base), variant_config(cfg, base, tokenizer.vocab_size)
-        calibrate(store, v, seconds, lambda r=recipe, c=config: pipeline.seconds_per_step(
-            r, c, shards, tokenizer, budget=seconds))
+        calibrate(store, v, seconds, lambda budget, r=recipe, c=config: pipeline.seconds_per_step(
+            r, c, shards, tokenizer, budget=budget))
 
 
 def _recipe(cfg: AblationConfig, variant: str) -> PretrainConfig:

@@ -155,10 +155,9 @@ def pretrain_section(args: DemoConfig, store: ResultsStore, corpus: list[str], t
     recipe = PretrainConfig(data="", train=pretrain_train_config(
         batch_size=args.pretrain_batch_size, lr=args.pretrain_lr, warmup_ratio=0.1,
         device=args.device, progress=not args.no_progress))
-    budget = args.budget_minutes * 60
-    info = calibrate(store, "pretrained", budget,
-                     lambda: pipeline.seconds_per_step(recipe, config, shards, tokenizer,
-                                                       budget=budget))
+    info = calibrate(store, "pretrained", args.budget_minutes * 60,
+                     lambda budget: pipeline.seconds_per_step(recipe, config, shards, tokenizer,
+                                                              budget=budget))
     if "files" not in info:
         store.put_pretrain("pretrained", {"files": len(files)})
     steps = info["steps"]

@@ -132,11 +132,12 @@ def last_eval(run_dir: Path) -> dict[str, float]:
 
 
 def calibrate(store: ResultsStore, variant: str, seconds: float,
-              measure: Callable[[], float]) -> dict[str, Any]:
+              measure: Callable[[float], float]) -> dict[str, Any]:
     """The variant's pre-training step budget for `seconds` of wall time, measured once by
-    `measure()` (seconds per step) and stored; a resumed study reuses the stored budget."""
+    `measure(seconds)` (seconds per step; given the budget, so that a probe can stay within
+    it: `pipeline.seconds_per_step`) and stored; a resumed study reuses the stored budget."""
     if store.pretrain_info(variant) is None:
-        step_s = measure()
+        step_s = measure(seconds)
         steps = steps_for_budget(seconds, step_s)
         store.put_pretrain(variant, {"steps": steps, "seconds_per_step": round(step_s, 4),
                                      "budget_seconds": round(seconds, 1)})
