@@ -84,16 +84,18 @@ def branch_plan(folder: Path, work: Path, label: str, step: int, settings: Curve
                 horizon_steps: int) -> dict | None:
     """Where the branch starts and ends and the rate it anneals from, written once
     (`branch.json`) so that a resumed branch keeps them. Its start: the state kept at the point,
-    or else the run's latest state if it is at most `SLACK_STEPS` past the point (a study begun
-    before states were kept); None when there is neither."""
+    or else the run's latest state if it is at most `SLACK_STEPS` past the point and before the
+    run's end (a study begun before states were kept); None when there is neither."""
     plan_file = folder / "branch.json"
     if plan_file.is_file():
         return json.loads(plan_file.read_text(encoding="utf-8"))
     kept = list_checkpoints(folder)
     if not kept:
         with sitting(work, "pretrain"):  # (the run's states change only in its own sitting)
+            # (a state at the run's end has no rate left to anneal from: on a short run the
+            # end can lie within the slack of the point before it)
             near = [(s, p) for s, p in list_checkpoints(work / "run")
-                    if step <= s <= step + SLACK_STEPS]
+                    if step <= s <= step + SLACK_STEPS and s < horizon_steps]
             if not near:
                 return None
             keep_state(work, label, near[0][1])
