@@ -54,6 +54,9 @@ def test_a_branch_anneals_the_run_from_the_state_kept_at_a_point(study):
     rows = curve_finetune.curve_rows(store, curve_finetune.open_cells(work, ft), settings, ft)
     assert [r["budget"] for r in rows] == ["0.0006h", "0.0006h+cool"]
     assert any(line.startswith("0.0006h+cool: step") for line in curve.status_lines(store))
+    curve.pretrain_points(store, settings, work)  # the run to its end: the last point's rate is 0
+    with pytest.raises(BertkitError, match="0.0012h: the run's end"):
+        cooldown.branch_points(store, settings, work, ["0.0012h"])
 
 
 def test_a_study_begun_before_states_were_kept_branches_from_the_runs_state(study, monkeypatch):

@@ -13,7 +13,7 @@ import pytest
 
 from bertkit.errors import BertkitError
 from bertkit.studies import curve, curve_finetune
-from tests.studies.conftest import BUDGETS
+from tests.studies.conftest import BUDGETS, STEP_CPU_SECONDS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -28,6 +28,9 @@ def test_points_at_cpu_budgets_across_sittings(settings, tmp_path):
     assert store.pretrain_info("horizon")["steps"] >= 100
     curve.pretrain_points(store, settings, work)  # the next sitting goes on to the end
     first, last = (store.pretrain_info(curve.budget_label(h)) for h in BUDGETS)
+    horizon = store.pretrain_info("horizon")["steps"]
+    assert horizon == int(BUDGETS[-1] * 3600 / STEP_CPU_SECONDS)  # the probe read the clock
+    assert (first["step"], last["step"]) == (80, horizon)  # the first log line past 72; the end
     assert first["cpu_seconds"] >= BUDGETS[0] * 3600 and last["cpu_seconds"] > first["cpu_seconds"]
     assert 0 < first["step"] < last["step"] and first["tokens_seen"] < last["tokens_seen"]
     assert 0 <= first["eval_mlm_acc"] <= 1 and first["machine"]["cores"] >= 1
@@ -43,6 +46,22 @@ def test_points_at_cpu_budgets_across_sittings(settings, tmp_path):
         curve.open_store(work, curve.CurveSettings(**{**settings.__dict__, "lr": 5e-4}))
     lines = curve.status_lines(store)
     assert lines[0].startswith("horizon:") and lines[1].startswith("0.0006h: step")
+
+
+def test_a_run_that_ends_below_a_budget_records_its_end_once(settings, tmp_path, caplog):
+    """A probe that over-measured the step: the run reaches its horizon below the budgets'
+    CPU seconds. Its end is the first such budget's point; a later budget is not the same
+    model recorded again."""
+    work = tmp_path / "work"
+    curve.prepare_data(settings, work)
+    store = curve.open_store(work, settings)
+    store.put_pretrain("horizon", {"steps": 60, "cpu_seconds_per_step": 0.03})  # 1.8 CPU-s
+    curve.pretrain_points(store, settings, work)
+    assert store.pretrain_info("0.0006h")["step"] == 60
+    assert store.pretrain_info("0.0012h") is None
+    assert "the run ended at step 60" in caplog.text and "0.0012h gets none" in caplog.text
+    assert curve.pretrain_points(store, settings, work) == 0.0  # and so in every later sitting
+    assert store.pretrain_info("0.0012h") is None
 
 
 def test_a_budget_passed_without_its_record_is_refused(settings, tmp_path):

@@ -58,7 +58,7 @@ def branch_points(store: ResultsStore, settings: CurveSettings, work: Path,
         raise BertkitError(f"{work}: {', '.join(missing) or 'no point'} recorded yet "
                            f"(recorded: {', '.join(recorded) or 'none'}); pre-train first")
     horizon = int(store.pretrain_info("horizon")["steps"])
-    cannot = []
+    cannot, ended = [], []
     for label in recorded:
         info = store.pretrain_info(label)
         if ((points is not None and label not in points)
@@ -66,6 +66,7 @@ def branch_points(store: ResultsStore, settings: CurveSettings, work: Path,
             continue
         if info["step"] >= horizon:
             log.info("%s: the run's last point, its rate already 0: no branch", label)
+            ended.append(label)
             continue
         folder = work / "branches" / label
         plan = branch_plan(folder, work, label, info["step"], settings, horizon)
@@ -75,9 +76,10 @@ def branch_points(store: ResultsStore, settings: CurveSettings, work: Path,
             cannot.append(label)
             continue
         run_branch(store, settings, work, label, folder, plan)
-    if points is not None and cannot:  # (asked for by name: not a silent success)
-        raise BertkitError(f"no decay branch for {', '.join(cannot)}: no training state kept "
-                           "there")
+    if points is not None and (cannot or ended):  # (asked for by name: not a silent success)
+        reasons = [f"{', '.join(cannot)}: no training state kept there"] if cannot else []
+        reasons += [f"{', '.join(ended)}: the run's end, its rate already 0"] if ended else []
+        raise BertkitError(f"no decay branch for {'; '.join(reasons)}")
 
 
 def branch_plan(folder: Path, work: Path, label: str, step: int, settings: CurveSettings,

@@ -49,7 +49,7 @@ from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.loop import TrainResult
 from bertkit.training.pretrain import PretrainConfig, pretrain_train_config, run_pretraining
-from bertkit.training.state import RESUME_AUTO, saved_cost
+from bertkit.training.state import RESUME_AUTO, list_checkpoints, saved_cost
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +253,9 @@ def horizon_steps(store: ResultsStore, settings: CurveSettings, work: Path,
     info = store.pretrain_info("horizon")
     if info is None:
         per_step = probe_cost(settings, work, work / "probe", arch)
+        if not per_step > 0:
+            raise BertkitError(f"{work}: the probe measured {per_step} CPU-s a step; run the "
+                               "study again")
         steps = max(100, int(settings.horizon_seconds / per_step))
         info = {"steps": steps, "cpu_seconds_per_step": round(per_step, 4)}
         store.put_pretrain("horizon", info)
@@ -301,6 +304,13 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
             log.info("this sitting's %.2f CPU-hours are used; the next one continues", hours_left)
             return spent
         before = float(saved_cost(work / "run")["cpu_seconds"])
+        if not fixed_steps and run_ended_at_a_point(store, settings, work, steps):
+            # (the probe over-measured the step: the run reached its horizon below this budget)
+            log.warning("%s: the run ended at step %d with %.0f CPU-s, below this budget's %.0f "
+                        "(its steps cost less than the probe measured); its end is recorded as "
+                        "an earlier point, so %s gets none", label, steps, before, hours * HOUR,
+                        label)
+            continue
         if not fixed_steps and before >= hours * HOUR:
             raise BertkitError(
                 f"{work / 'run'}: already past the {label} budget ({before:.0f} of "
@@ -322,6 +332,16 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
             keep_state(work, label, result.checkpoint)
         record_point(store, work, label, work / "run", result, hours=hours)
     return spent
+
+
+def run_ended_at_a_point(store: ResultsStore, settings: CurveSettings, work: Path,
+                         steps: int) -> bool:
+    """The run has a state at its horizon (`steps`) and a budget's point recorded there: a
+    later budget would be the same model again."""
+    if not any(s >= steps for s, _ in list_checkpoints(work / "run")):
+        return False
+    return any((store.pretrain_info(budget_label(h)) or {}).get("step") == steps
+               for h in settings.budgets_hours)
 
 
 def record_point(store: ResultsStore, work: Path, label: str, run: Path, result: TrainResult,
