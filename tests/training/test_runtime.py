@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import random
-import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from bertkit.errors import BertkitError
+from bertkit.training import runtime
 from bertkit.training.config import TrainConfig
 from bertkit.training.runtime import Run, restore_run, run_state, tick, truncate_metrics
 from bertkit.training.state import save_training_state
@@ -70,14 +71,16 @@ def test_truncate_metrics_drops_the_lines_after_the_state_and_a_cut_line(tmp_pat
     assert not (tmp_path / "absent.jsonl").exists()
 
 
-def test_tick_adds_the_time_since_the_last_reading(tmp_path):
+def test_tick_adds_the_time_since_the_last_reading(tmp_path, monkeypatch):
+    now = {"wall": 100.0, "cpu": 50.0}  # a clock of its own: a loaded machine pauses at will
+    monkeypatch.setattr(runtime, "time", SimpleNamespace(perf_counter=lambda: now["wall"],
+                                                         process_time=lambda: now["cpu"]))
     run = make_run(tmp_path)
     run.train_seconds, run.cpu_seconds = 10.0, 20.0
-    run.clock = (time.perf_counter() - 1.0, time.process_time() - 0.5)
+    run.clock = (99.0, 49.5)
     tick(run)
-    assert 11.0 <= run.train_seconds < 11.5
-    assert 20.5 <= run.cpu_seconds < 21.0
-    before = run.train_seconds
-    time.sleep(0.05)
+    assert (run.train_seconds, run.cpu_seconds) == (11.0, 20.5)
+    now["wall"] += 0.25
+    now["cpu"] += 0.125
     tick(run)  # counted from the last reading, not again from the first
-    assert 0.05 <= run.train_seconds - before < 0.5
+    assert (run.train_seconds, run.cpu_seconds) == (11.25, 20.625)
