@@ -71,7 +71,9 @@ def test_the_rate_is_chosen_on_the_selection_seed_and_the_seeds_run_at_it(settin
         variant = model_dir.name
         lr = recipe.train.lr
         runs.append((variant, lr, seed))
-        return {"score": 80.0 if lr == best[variant] else 60.0, "seconds": 0.0}
+        score = 80.0 if lr == best[variant] else 60.0
+        return {"task": task, "steps": 5, "final_loss": 0.5, "f1": score / 100, "accuracy": 0.7,
+                "score": score, "seconds": 0.0}
 
     monkeypatch.setattr(curve_finetune.pipeline, "finetune_cell", fake_cell)
     ft = curve_finetune.FinetuneSettings(lr_grid=(1e-4, 1e-3), seeds=3)
@@ -83,6 +85,7 @@ def test_the_rate_is_chosen_on_the_selection_seed_and_the_seeds_run_at_it(settin
         assert sorted(grid) == [(1e-4, ft.selection_seed), (1e-3, ft.selection_seed)]
         assert reported == [(lr, 0), (lr, 1), (lr, 2)]
         assert cells.scores(variant, "sst2") == [80.0, 80.0, 80.0]  # the grid's runs not among them
+        assert cells.data["cells"][f"{variant}/sst2/0"]["dev"] == {"f1": 0.8, "accuracy": 0.7}
     with pytest.raises(BertkitError, match="--points 0.0012h: not recorded yet"):
         curve_finetune.finetune_points(store, cells, settings, ft, work, shared_data, ["0.0012h"])
 

@@ -178,8 +178,11 @@ def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSet
         record = pipeline.finetune_cell(recipe.with_run("", lr=lr), model_dir, ft.task, folder,
                                         seed)
         shutil.rmtree(folder, ignore_errors=True)
+        # every dev metric the run reported, not only the headline (MRPC's accuracy beside its F1)
+        dev = {k: round(v, 4) for k, v in record.items()
+               if isinstance(v, float) and k not in ("score", "seconds", "final_loss")}
         cells.put(key, {"lr": lr, "seed": seed, "score": round(record["score"], 3),
-                        "collapsed": bool(record.get("collapsed")),
+                        "collapsed": bool(record.get("collapsed")), "dev": dev,
                         "seconds": record["seconds"], "machine": machine()})
         log.info("%s lr %g seed %d: %s %.1f", variant, lr, seed, ft.task, record["score"])
 
