@@ -20,7 +20,7 @@ def step_clock(monkeypatch):
     probe measures 0.03 a step, the horizon is 143 steps, 4.32 / 0.03 in floats rounded down,
     and 0.0006h stops at step 80, the first log line past 72). On the real clock how far apart
     the points and the run's end fall depends on the CPU and its load: CI once found the run's
-    end within a decay branch's slack of the first point, a case this machine never met."""
+    end within a decay branch's slack of the first point, which no developer machine had met."""
     seconds = [0.0]
     train_step = loop._train_step
 
