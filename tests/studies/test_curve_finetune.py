@@ -72,8 +72,9 @@ def test_the_rate_is_chosen_on_the_selection_seed_and_the_seeds_run_at_it(settin
         lr = recipe.train.lr
         runs.append((variant, lr, seed))
         score = 80.0 if lr == best[variant] else 60.0
-        return {"task": task, "steps": 5, "final_loss": 0.5, "f1": score / 100, "accuracy": 0.7,
-                "score": score, "seconds": 0.0}
+        return {"task": task, "lr": lr, "epochs": 3.0, "seed": seed, "steps": 5,
+                "final_loss": 0.5, "train_seconds": 1.5, "train_cpu_seconds": 1.4,
+                "f1": score / 100, "accuracy": 0.7, "score": score, "seconds": 2.0}
 
     monkeypatch.setattr(curve_finetune.pipeline, "finetune_cell", fake_cell)
     ft = curve_finetune.FinetuneSettings(lr_grid=(1e-4, 1e-3), seeds=3)

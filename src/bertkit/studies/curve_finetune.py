@@ -144,6 +144,12 @@ def selected_lr(cells: ResultsStore, ft: FinetuneSettings, variant: str) -> floa
     return select_lr(runs)
 
 
+# the float fields of a fine-tuning record that are not dev metrics: `finetune.train_record`'s
+# and `pipeline.finetune_cell`'s
+NOT_DEV = frozenset({"lr", "epochs", "final_loss", "train_seconds", "train_cpu_seconds", "score",
+                     "seconds"})
+
+
 def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSettings,
                     ft: FinetuneSettings, work: Path, data: Path,
                     points: Sequence[str] | None = None) -> None:
@@ -178,9 +184,10 @@ def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSet
         record = pipeline.finetune_cell(recipe.with_run("", lr=lr), model_dir, ft.task, folder,
                                         seed)
         shutil.rmtree(folder, ignore_errors=True)
-        # every dev metric the run reported, not only the headline (MRPC's accuracy beside its F1)
+        # every dev metric the run reported, not only the headline (MRPC's accuracy beside its F1):
+        # its numbers outside the training part (`finetune.train_record`) and the cell's own
         dev = {k: round(v, 4) for k, v in record.items()
-               if isinstance(v, float) and k not in ("score", "seconds", "final_loss")}
+               if isinstance(v, float) and k not in NOT_DEV}
         cells.put(key, {"lr": lr, "seed": seed, "score": round(record["score"], 3),
                         "collapsed": bool(record.get("collapsed")), "dev": dev,
                         "seconds": record["seconds"], "machine": machine()})
