@@ -3,6 +3,7 @@ a fixed budget, fine-tuned beside its own random twin; the table reads them agai
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -84,3 +85,52 @@ def test_a_variant_that_changes_only_rates_takes_the_bases_steps_unprobed(tmp_pa
     # no vocabulary or shards exist: a probe would fail
     assert recipes.variant_horizon(base, 1.0, "lr5e-4", tmp_path) == {
         "steps": 1700, "cpu_seconds_per_step": 2.1, "relative_cost": 1.0}
+
+
+def test_a_two_phase_variant_spends_its_share_at_the_bases_length(shared_data, tmp_path):
+    """`seq64-128`: T = 64 for 90% of the budget at its own step's cost, then T = 128 at the
+    base's step for the rest; the point counts both phases' steps and tokens, and its held-out
+    accuracy is read at T = 128 (the base's length)."""
+    text = (shared_data / "wikitext-2" / "wiki.test.raw").read_text(encoding="utf-8")[:60_000]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(text, encoding="utf-8")
+    base = curve.CurveSettings(corpus=(str(corpus),), vocab_size=300, model="tiny",
+                               batch_size=8, max_seq_length=128)
+    budget, work = 0.0001, tmp_path / "work"  # (the base takes its floor, 100 steps)
+    for name in ("base", "seq64-128"):
+        settings = recipes.variant_settings(base, name, budget)
+        folder = recipes.variant_folder(work, budget, name)
+        store = curve.open_store(folder, settings)
+        curve.prepare_data(settings, folder)
+        if name != "base":
+            store.put_pretrain("horizon", recipes.variant_horizon(base, budget, name, work))
+        curve.pretrain_points(store, settings, folder, fixed_steps=True)
+    horizon = store.pretrain_info("horizon")
+    assert horizon["phase2_steps"] == 10  # 10% of the base's 100 steps
+    assert abs(horizon["steps"] - max(100, round(90 / horizon["relative_cost"]))) <= 1
+    point = store.pretrain_info(curve.budget_label(budget))
+    assert point["phase2_steps"] == 10 and point["step"] == horizon["steps"] + 10
+    run = folder / "run"
+    tokens = [json.loads((run / d / "checkpoints").glob("step-*").__next__()
+                         .joinpath("summary.json").read_text())["tokens_seen"]
+              for d in (".", "phase2")]
+    assert point["tokens_seen"] == sum(tokens) and min(tokens) > 0
+    # phase 1 read the T = 64 shards, phase 2 and its held-out evaluation the T = 128 ones
+    assert json.loads((folder / "shards" / "meta.json").read_text())["params"][
+        "max_seq_length"] == 64
+    assert json.loads((folder / curve.PHASE2_SHARDS / "meta.json").read_text())["params"][
+        "max_seq_length"] == 128
+    assert 0 <= point["eval_mlm_acc"] <= 1
+    with pytest.raises(BertkitError, match="phase 2 runs at the base's length"):
+        recipes.variant_horizon(dataclasses.replace(base, max_seq_length=96), budget,
+                                "seq64-128", work)
+
+
+def test_a_second_phase_is_for_a_one_budget_run_and_a_longer_length():
+    with pytest.raises(BertkitError, match="one budget"):
+        curve.CurveSettings(corpus=("x",), max_seq_length=64, phase2_seq_length=128)
+    with pytest.raises(BertkitError, match="must exceed"):
+        curve.CurveSettings(corpus=("x",), budgets_hours=(1.0,), phase2_seq_length=128)
+    with pytest.raises(BertkitError, match="share"):
+        curve.CurveSettings(corpus=("x",), budgets_hours=(1.0,), max_seq_length=64,
+                            phase2_seq_length=128, phase2_share=1.0)

@@ -24,8 +24,15 @@ from bertkit.studies.report import read_run_metrics
 from bertkit.tokenization import BertTokenizer
 from bertkit.tokenization.trainer import TrainerConfig, save_vocab, train_from_texts
 from bertkit.training.loop import TrainConfig
-from bertkit.training.pretrain import ltr_targets, make_collate, phase2_config
-from bertkit.training.state import CHECKPOINTS, STATE_FILE
+from bertkit.training.pretrain import (
+    PretrainConfig,
+    ltr_targets,
+    make_collate,
+    phase2_config,
+    pretrain_train_config,
+    run_pretraining,
+)
+from bertkit.training.state import CHECKPOINTS, STATE_FILE, saved_cost
 
 SEQ = 64
 
@@ -217,6 +224,34 @@ def test_phase2_resumes_only_from_a_saved_checkpoint(tmp_path):
     assert phase2_config(cfg, tmp_path, 5).resume is False
     (step / STATE_FILE).write_bytes(b"")
     assert phase2_config(cfg, tmp_path, 5).resume == "auto"
+
+
+def test_phase2_waits_for_phase1_and_the_result_is_the_whole_runs(corpus, tmp_path):
+    """A phase 1 stopped by its CPU budget continues in the next sitting; phase 2 starts only
+    from a finished phase 1, and the result counts both phases' tokens and seconds."""
+    out = tmp_path / "phases"
+
+    def run(stop_at: float | None):
+        train = pretrain_train_config(str(out), max_steps=10, batch_size=16, lr=3e-3,
+                                      warmup_ratio=0.05, log_every=2, save_every=0,
+                                      progress=False, resume="auto", precision="fp32",
+                                      stop_at_cpu_seconds=stop_at)
+        return run_pretraining(PretrainConfig(
+            data=str(corpus["dynamic"]), train=train, config_file=str(corpus["config"]),
+            tokenizer=str(corpus["tok"]), objective="mlm", eval_holdout=0,
+            phase2_data=str(corpus["dynamic"]), phase2_steps=4))
+
+    first = run(1e-9)  # spent at the first sync point
+    assert first.step == 2 and first.output_dir == out
+    assert not (out / "phase2").exists()
+    whole = run(None)
+    assert whole.output_dir == out / "phase2" and whole.step == 4
+    phase1 = saved_cost(out)
+    phase2 = saved_cost(out / "phase2")
+    assert phase1["tokens_seen"] > 0 and phase2["tokens_seen"] > 0
+    assert whole.tokens_seen == phase1["tokens_seen"] + phase2["tokens_seen"]
+    # (the result's clock is read once more after the last state was saved)
+    assert 0 <= whole.cpu_seconds - (phase1["cpu_seconds"] + phase2["cpu_seconds"]) < 0.1
 
 
 def test_two_phases_then_continued_pretraining_with_init(corpus, tmp_path):

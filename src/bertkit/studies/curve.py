@@ -86,6 +86,13 @@ class CurveSettings:
     # the CPU multiplies bf16 natively (AMX: docs/pretraining.md), so a budget holds twice the
     # tokens; fine-tuning stays fp32 either way.
     precision: str = "fp32"
+    # Two phases (the paper's; Li et al. 2022's sequence length warmup): train at
+    # `max_seq_length` for all but `phase2_share` of the budget's CPU seconds, then go on at
+    # `phase2_seq_length` (a fresh optimizer and schedule: `bertkit pretrain --phase2-data`).
+    # A run of one budget only (the recipe table): a point read off a longer run would sit in
+    # phase 1.
+    phase2_seq_length: int | None = None
+    phase2_share: float = 0.1
 
     def __post_init__(self) -> None:
         if not self.corpus:
@@ -104,6 +111,16 @@ class CurveSettings:
         if self.precision not in PRECISIONS:
             raise BertkitError(f"the curve's precision is one of {', '.join(PRECISIONS)}, "
                                f"got {self.precision!r}")
+        if self.phase2_seq_length is not None:
+            if len(budgets) != 1:
+                raise BertkitError("a second phase needs a run of one budget (a recipe), got "
+                                   f"budgets {self.budgets_hours}")
+            if self.phase2_seq_length <= self.max_seq_length:
+                raise BertkitError(f"phase 2's length ({self.phase2_seq_length}) must exceed "
+                                   f"phase 1's ({self.max_seq_length})")
+            if not 0 < self.phase2_share < 1:
+                raise BertkitError(f"phase 2's share of the budget must be in (0, 1), got "
+                                   f"{self.phase2_share}")
 
     @property
     def horizon_seconds(self) -> float:
@@ -169,7 +186,8 @@ def open_store(work: Path, settings: CurveSettings) -> ResultsStore:
 
 
 # CurveSettings fields, at their defaults
-ADDED_LATER = {"init": None, "corpus_format": "auto", "precision": "fp32"}
+ADDED_LATER = {"init": None, "corpus_format": "auto", "precision": "fp32",
+               "phase2_seq_length": None, "phase2_share": 0.1}
 
 
 DOC_LINES = 50
@@ -205,35 +223,41 @@ def prepare_data(settings: CurveSettings, work: Path, workers: int = 1) -> Path:
         tokenizer = pipeline.learn_vocabulary(settings.corpus, work / "vocab",
                                               settings.vocab_size, workers=workers,
                                               progress=False)
-    shards = work / "shards"
-    if not (shards / "meta.json").is_file():
-        t = settings.max_seq_length
+    lengths = {"shards": settings.max_seq_length, PHASE2_SHARDS: settings.phase2_seq_length}
+    for name, t in lengths.items():
+        if t is None or (work / name / "meta.json").is_file():
+            continue
         chunk = ChunkConfig(InstanceConfig(t, objective=settings.objective), dupe_factor=1,
                             masked_lm_prob=settings.masked_lm_prob,
                             max_predictions_per_seq=default_max_predictions(
                                 t, settings.masked_lm_prob),
                             dynamic_masking=True, seed=settings.seed + 12345)
-        prepare(list(settings.corpus), tokenizer, shards,
+        prepare(list(settings.corpus), tokenizer, work / name,
                 PrepareConfig(chunk, format=settings.corpus_format), workers=workers,
                 resume=True, progress=False)
-    return shards
+    return work / "shards"
+
+
+PHASE2_SHARDS = "shards-phase2"  # the second phase's (a recipe with phase2_seq_length)
 
 
 def architecture(settings: CurveSettings, vocab_size: int) -> BertConfig:
     if settings.init is not None:
         return BertConfig.load(settings.init)
     return BertConfig.preset(settings.model, vocab_size=vocab_size,
-                             max_position_embeddings=max(512, settings.max_seq_length),
+                             max_position_embeddings=max(512, settings.max_seq_length,
+                                                         settings.phase2_seq_length or 0),
                              hidden_dropout_prob=settings.dropout,
                              attention_probs_dropout_prob=settings.dropout)
 
 
 def run_config(settings: CurveSettings, work: Path, run: Path, max_steps: int,
                stop_at: float | None = None, log_every: int = 20,
-               save_every: int = 200, decay_from: tuple[int, float] | None = None
-               ) -> PretrainConfig:
+               save_every: int = 200, decay_from: tuple[int, float] | None = None,
+               phase2_steps: int = 0) -> PretrainConfig:
     """The curve's recipe as one pre-training run into `run` (continued when it holds a
-    checkpoint, started when it holds none: `--resume auto`)."""
+    checkpoint, started when it holds none: `--resume auto`), with its second phase when
+    `phase2_steps` are given."""
     train = pretrain_train_config(
         str(run), max_steps=max_steps, batch_size=settings.batch_size, lr=settings.lr,
         warmup_ratio=settings.warmup_ratio, seed=settings.seed, precision=settings.precision,
@@ -241,9 +265,11 @@ def run_config(settings: CurveSettings, work: Path, run: Path, max_steps: int,
         resume=RESUME_AUTO, stop_at_cpu_seconds=stop_at, decay_from=decay_from)
     shape = ({"init": settings.init} if settings.init is not None else
              {"config_file": str(pipeline.architecture_file(run))})
+    phase2 = ({"phase2_data": str(work / PHASE2_SHARDS), "phase2_steps": phase2_steps}
+              if phase2_steps else {})
     return PretrainConfig(data=str(work / "shards"), train=train, **shape,
                           tokenizer=str(work / "vocab"), objective=settings.objective,
-                          eval_batches=20)
+                          eval_batches=20, **phase2)
 
 
 def horizon_steps(store: ResultsStore, settings: CurveSettings, work: Path,
@@ -293,6 +319,10 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
 
     arch = architecture(settings, BertTokenizer.from_pretrained(work / "vocab").vocab_size)
     steps = horizon_steps(store, settings, work, arch)
+    phase2_steps = int(store.pretrain_info("horizon").get("phase2_steps", 0))
+    if (settings.phase2_seq_length is not None) != (phase2_steps > 0):
+        raise BertkitError(f"{store.path}: the horizon's phase 2 steps ({phase2_steps}) do not "
+                           f"match the recipe's second phase ({settings.phase2_seq_length})")
     if settings.init is None:  # (with --init the run takes the model's own config)
         arch.save(pipeline.architecture_file(work / "run"))
     spent = 0.0
@@ -303,7 +333,7 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
         if spent >= hours_left * HOUR:
             log.info("this sitting's %.2f CPU-hours are used; the next one continues", hours_left)
             return spent
-        before = float(saved_cost(work / "run")["cpu_seconds"])
+        before = run_cpu_seconds(work / "run")
         if not fixed_steps and run_ended_at_a_point(store, settings, work, steps):
             # (the probe over-measured the step: the run reached its horizon below this budget)
             log.warning("%s: the run ended at step %d with %.0f CPU-s, below this budget's %.0f "
@@ -321,17 +351,31 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
         stop_at = min(math.inf if fixed_steps else hours * HOUR,
                       before + (hours_left * HOUR - spent))
         stop_at = None if math.isinf(stop_at) else stop_at
-        cfg = run_config(settings, work, work / "run", steps, stop_at)
+        cfg = run_config(settings, work, work / "run", steps, stop_at, phase2_steps=phase2_steps)
         log.info("pre-training to %s (%s; the run has %.0f CPU-s)", label,
-                 f"{steps} steps" if fixed_steps else f"{stop_at:.0f} CPU-s", before)
+                 f"{steps} steps" + (f" + {phase2_steps} at T = {settings.phase2_seq_length}"
+                                     if phase2_steps else "")
+                 if fixed_steps else f"{stop_at:.0f} CPU-s", before)
         result = run_pretraining(cfg)
         spent += result.cpu_seconds - before
-        if result.step < steps and (fixed_steps or result.cpu_seconds < hours * HOUR):
+        last_phase, last_step = ((work / "run" / "phase2", phase2_steps) if phase2_steps
+                                 else (work / "run", steps))
+        ended = result.output_dir == last_phase and result.step >= last_step
+        if not ended and (fixed_steps or result.cpu_seconds < hours * HOUR):
             continue  # stopped for the sitting's limit: the next check returns
         if result.checkpoint is not None:
             keep_state(work, label, result.checkpoint)
-        record_point(store, work, label, work / "run", result, hours=hours)
+        extra: dict[str, Any] = {"hours": hours}
+        if phase2_steps:  # the point counts the run's steps over both phases
+            extra["phase2_steps"] = result.step
+            result = dataclasses.replace(result, step=steps + result.step)
+        record_point(store, work, label, work / "run", result, **extra)
     return spent
+
+
+def run_cpu_seconds(run: Path) -> float:
+    """The CPU seconds a run's saved states cost, both phases' when it has two."""
+    return float(saved_cost(run)["cpu_seconds"]) + float(saved_cost(run / "phase2")["cpu_seconds"])
 
 
 def run_ended_at_a_point(store: ResultsStore, settings: CurveSettings, work: Path,

@@ -54,6 +54,9 @@ VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
     "mlm+nsp": ({"objective": "mlm+nsp"}, "MLM + next-sentence prediction (the paper)"),
     "sop": ({"objective": "sop"}, "MLM + sentence-order prediction (ALBERT)"),
     "seq64": ({"max_seq_length": 64}, "T = 64 (the paper's phase 1 is T = 128 for 90%)"),
+    "seq64-128": ({"max_seq_length": 64, "phase2_seq_length": 128},
+                  "T = 64 for 90% of the budget, then T = 128 (the paper's two phases; Li et "
+                  "al. 2022's sequence length warmup)"),
     "lr2e-3": ({"lr": 2e-3}, "lr 2e-3 (Izsak et al. 2021: high rates for short budgets)"),
     "lr5e-4": ({"lr": 5e-4}, "lr 5e-4"),
     "batch64": ({"batch_size": 64}, "batch 64: twice the steps of half the size"),
@@ -95,7 +98,17 @@ def variant_folder(work: Path, budget_hours: float, name: str) -> Path:
 def variant_horizon(base: curve.CurveSettings, budget_hours: float, name: str, work: Path
                     ) -> dict[str, Any]:
     """A variant's steps: the base's (recorded when the base ran), scaled by the variant's step
-    cost over the base's, probed back to back now (not for SAME_STEP variants)."""
+    cost over the base's, probed back to back now (not for SAME_STEP variants). A variant with
+    a second phase at the base's length spends its share of the budget there, at the base's
+    step (`phase2_steps`), and the rest in phase 1 at its own."""
+    variant = variant_settings(base, name, budget_hours)
+    share = 0.0
+    if variant.phase2_seq_length is not None:
+        if variant.phase2_seq_length != base.max_seq_length:
+            raise BertkitError(f"recipe {name}: phase 2 runs at the base's length "
+                               f"({base.max_seq_length}), whose step the base measured; got "
+                               f"{variant.phase2_seq_length}")
+        share = variant.phase2_share
     base_folder = variant_folder(work, budget_hours, "base")
     horizon = curve.open_store(base_folder, variant_settings(base, "base", budget_hours)
                                ).pretrain_info("horizon")
@@ -118,8 +131,12 @@ def variant_horizon(base: curve.CurveSettings, budget_hours: float, name: str, w
     log.info("recipe %s: a step costs %.2fx the base's (%.2f vs %.2f CPU-s, probed together)",
              name, relative, costs[1], costs[0])
     # (the floor is the base's own: curve.horizon_steps)
-    return {"steps": max(100, round(base_steps / relative)), "relative_cost": round(relative, 4),
-            "cpu_seconds_per_step": round(base_cost * relative, 4)}
+    horizon = {"steps": max(100, round((1 - share) * base_steps / relative)),
+               "relative_cost": round(relative, 4),
+               "cpu_seconds_per_step": round(base_cost * relative, 4)}
+    if share:
+        horizon["phase2_steps"] = max(1, round(share * base_steps))
+    return horizon
 
 
 def run_recipes(base: curve.CurveSettings, budget_hours: float, names: Sequence[str],

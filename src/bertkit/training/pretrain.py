@@ -34,7 +34,7 @@ from bertkit.io import check_output_dir, claim_output_dir, release_output_dir
 from bertkit.tokenization import BertTokenizer
 from bertkit.training import distributed
 from bertkit.training.loop import TrainConfig, TrainResult, train
-from bertkit.training.state import latest_checkpoint, resolve_resume
+from bertkit.training.state import latest_checkpoint, resolve_resume, saved_cost
 from bertkit.training.stream import stream_seed
 
 log = logging.getLogger(__name__)
@@ -373,16 +373,34 @@ def run_phase(cfg: PretrainConfig, model: BertForPreTraining | BertForMaskedLM, 
                  step_metrics=pretraining_metrics)
 
 
-def phase2_config(train_cfg: TrainConfig, output: Path, steps: int) -> TrainConfig:
+def phase2_config(train_cfg: TrainConfig, output: Path, steps: int
+                  ) -> TrainConfig | None:
     """Phase 2 (Google's recipe: a second run from phase 1's weights, fresh optimizer and
-    schedule): its own directory and step budget, warmup scaled to it."""
+    schedule): its own directory and step budget, warmup scaled to it. A CPU-seconds budget
+    stays the run's: phase 2 gets what phase 1 left of it (None when phase 1 spent it all)."""
     warmup = min(train_cfg.resolved_warmup, steps // 10)
     # a checkpoint, not the folder: a kill during phase 2's first save leaves it empty, and
     # phase 1 would be skipped for a phase 2 from a fresh model
     has_state = latest_checkpoint(output / "phase2") is not None
+    stop_at = train_cfg.stop_at_cpu_seconds
+    if stop_at is not None:
+        left = stop_at - saved_cost(output)["cpu_seconds"]
+        if left <= 0:
+            return None
+        stop_at = left
     return dataclasses.replace(train_cfg, output_dir=str(output / "phase2"), max_steps=steps,
-                               warmup_steps=warmup, warmup_ratio=None,
+                               warmup_steps=warmup, warmup_ratio=None, stop_at_cpu_seconds=stop_at,
                                resume=train_cfg.resume if has_state else False)
+
+
+def whole_run(result: TrainResult, output: Path) -> TrainResult:
+    """Phase 2's result with the run's totals: its tokens and seconds plus phase 1's (what
+    phase 1's last state recorded), so a caller reads what the whole run cost."""
+    first = saved_cost(output)
+    return dataclasses.replace(
+        result, tokens_seen=result.tokens_seen + int(first["tokens_seen"]),
+        train_seconds=result.train_seconds + float(first["train_seconds"]),
+        cpu_seconds=result.cpu_seconds + float(first["cpu_seconds"]))
 
 
 def run_pretraining(cfg: PretrainConfig) -> TrainResult:
@@ -404,13 +422,24 @@ def run_pretraining(cfg: PretrainConfig) -> TrainResult:
     try:
         model = build_model(cfg, config)
         cfg = dataclasses.replace(cfg, train=capped_warmup(cfg.train))
-        p2 = phase2_config(cfg.train, output, cfg.phase2_steps) if cfg.phase2_data else None
-        if p2 is not None and p2.resume:
-            log.info("phase 1 finished earlier; resuming phase 2 from %s", p2.output_dir)
+        phase2, result = cfg.phase2_data is not None, None
+        if phase2 and latest_checkpoint(output / "phase2") is not None:
+            log.info("phase 1 finished earlier; resuming phase 2 from %s", output / "phase2")
         else:
             result = run_phase(cfg, model, cfg.data, tokenizer, cfg.train)
+            # a phase 1 stopped by its CPU budget continues in the next sitting, never in
+            # phase 2 (which would start from half-trained weights)
+            phase2 = phase2 and result.step >= cfg.train.max_steps
+        p2 = phase2_config(cfg.train, output, cfg.phase2_steps) if phase2 else None
         if p2 is not None:
-            result = run_phase(cfg, model, cfg.phase2_data, tokenizer, p2)
+            result = whole_run(run_phase(cfg, model, cfg.phase2_data, tokenizer, p2), output)
+        elif phase2 and result is not None:
+            log.info("the CPU budget was spent at the end of phase 1; phase 2 starts in the "
+                     "next sitting")
+        if result is None:
+            raise BertkitError(f"{output}: phase 1 alone cost {saved_cost(output)['cpu_seconds']:.0f} "
+                               f"CPU-s, the whole budget ({cfg.train.stop_at_cpu_seconds:.0f}): "
+                               "phase 2 cannot continue within it")
         if distributed.is_main():
             export(model, tokenizer, output / "model")
         distributed.barrier()
