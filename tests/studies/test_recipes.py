@@ -10,6 +10,7 @@ import pytest
 
 from bertkit.errors import BertkitError
 from bertkit.studies import curve, curve_finetune, recipes
+from bertkit.studies.report import pyplot
 from tests.helpers import small_glue
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -67,12 +68,18 @@ def test_a_small_study_pre_trains_fine_tunes_and_reports(shared_data, tmp_path):
     assert "| `mask40` | 40% masking (Wettig et al. 2023) |" in table
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "pretraining.md").write_text(f"# P\n\n{recipes.RECIPES_BEGIN}\nold\n"
-                                         f"{recipes.RECIPES_END}\n\nafter\n")
+    stem, begin, end = recipes.report_name(BUDGET)
+    other = recipes.report_name(0.5)  # another budget's table on the same page, kept
+    (docs / "pretraining.md").write_text(f"# P\n\n{begin}\nold\n{end}\n\n{other[1]}\nkept\n"
+                                         f"{other[2]}\n\nafter\n")
     recipes.write_recipes_report(docs, rows, ft, base, BUDGET)
     page = (docs / "pretraining.md").read_text()
     assert "old" not in page and "| `base` |" in page and page.endswith("\n\nafter\n")
-    assert json.loads((docs / "pretrain_recipes.json").read_text())["rows"][1]["variant"] == "mask40"
+    assert f"{other[1]}\nkept\n{other[2]}" in page
+    assert stem == "pretrain_recipes_0.0006h"
+    assert json.loads((docs / f"{stem}.json").read_text())["rows"][1]["variant"] == "mask40"
+    if pyplot() is not None:
+        assert (docs / f"{stem}.png").stat().st_size > 0 and f"]({stem}.png)" in page
 
 
 def test_a_variant_that_changes_only_rates_takes_the_bases_steps_unprobed(tmp_path):

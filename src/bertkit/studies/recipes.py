@@ -38,6 +38,8 @@ from bertkit.studies.report import (
     format_gain,
     format_mean_std,
     markdown_table,
+    pyplot,
+    save_figure,
     write_block,
 )
 from bertkit.tokenization import BertTokenizer
@@ -68,7 +70,12 @@ VARIANTS: dict[str, tuple[dict[str, Any], str]] = {
 # variants whose step is the base's step, arithmetic for arithmetic (only the rates differ)
 SAME_STEP = frozenset({"lr2e-3", "lr5e-4", "warmup10"})
 
-RECIPES_BEGIN, RECIPES_END = "<!-- recipes:begin -->", "<!-- recipes:end -->"
+def report_name(budget_hours: float) -> tuple[str, str, str]:
+    """Where `--report` writes a budget's table: its files' stem and its markers in
+    pretraining.md (one table a budget, side by side on the page)."""
+    label = curve.budget_label(budget_hours)
+    return (f"pretrain_recipes_{label}", f"<!-- recipes-{label}:begin -->",
+            f"<!-- recipes-{label}:end -->")
 
 
 def parse_variants(text: str | None) -> tuple[str, ...]:
@@ -206,14 +213,41 @@ def recipes_markdown(rows: Sequence[dict[str, Any]],
 def write_recipes_report(folder: Path, rows: Sequence[dict[str, Any]],
                          ft: curve_finetune.FinetuneSettings, base: curve.CurveSettings,
                          budget_hours: float) -> Path:
-    """The table into `folder/pretraining.md` between the recipe markers (or
-    `folder/pretrain_recipes.md`), the records beside it in `pretrain_recipes.json`."""
-    check_report_target(folder / "pretraining.md", RECIPES_BEGIN, folder / "pretrain_recipes.md",
-                        [folder / "pretrain_recipes.json"])
-    atomic_write_text(folder / "pretrain_recipes.json", json.dumps(
+    """The budget's table into `folder/pretraining.md` between its markers (`report_name`; or
+    `folder/STEM.md`), its plot and the records beside it (`STEM.png`, `STEM.json`)."""
+    stem, begin, end = report_name(budget_hours)
+    page, fallback = folder / "pretraining.md", folder / f"{stem}.md"
+    png, records = folder / f"{stem}.png", folder / f"{stem}.json"
+    check_report_target(page, begin, fallback, [records, png])
+    atomic_write_text(records, json.dumps(
         {"budget_hours": budget_hours, "base": dataclasses.asdict(base), "rows": list(rows)},
         indent=1, default=str) + "\n")
+    plotted = plot_recipes(rows, ft, png, budget_hours)
+    picture = (f"\n\n![each variant's SST-2 gain against its held-out MLM accuracy]({png.name})"
+               if plotted else "")
     body = (f"At {curve.budget_label(budget_hours)} of CPU each ({base.precision}, "
-            f"{base.threads} thread(s)):\n\n{recipes_markdown(rows, ft)}")
-    return write_block(folder / "pretraining.md", RECIPES_BEGIN, RECIPES_END, body,
-                       folder / "pretrain_recipes.md")
+            f"{base.threads} thread(s)):\n\n{recipes_markdown(rows, ft)}{picture}")
+    return write_block(page, begin, end, body, fallback)
+
+
+def plot_recipes(rows: Sequence[dict[str, Any]], ft: curve_finetune.FinetuneSettings,
+                 png: Path, budget_hours: float) -> Path | None:
+    """Each variant as a point: held-out MLM accuracy across, the fine-tuning gain (± 2 SE) up,
+    named beside it; the base's accuracy and no gain as guides. None without matplotlib."""
+    plt = pyplot()
+    scored = [r for r in rows if "gain" in r and r["mlm_acc"] is not None]
+    if plt is None or not scored:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in scored:
+        ax.errorbar(100 * r["mlm_acc"], r["gain"], yerr=2 * r["gain_se"], fmt="o", capsize=3,
+                    color="tab:red" if r["variant"] == "base" else "tab:blue")
+        ax.annotate(r["variant"], (100 * r["mlm_acc"], r["gain"]), textcoords="offset points",
+                    xytext=(5, 4), fontsize=8)
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set(xlabel="held-out MLM accuracy (%), each on its own held-out split",
+           ylabel=f"{ft.task} gain over the random twin (points, ± 2 SE)",
+           title=f"recipes at {curve.budget_label(budget_hours)} of CPU")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return save_figure(fig, plt, png)
