@@ -11,7 +11,7 @@ import pytest
 from bertkit.errors import BertkitError
 from bertkit.studies import curve, curve_finetune, recipes
 from bertkit.studies.report import pyplot
-from tests.helpers import small_glue
+from tests.helpers import held_elsewhere, small_glue
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -46,6 +46,12 @@ def test_a_small_study_pre_trains_fine_tunes_and_reports(shared_data, tmp_path):
     assert "0.0006h" not in json.loads((work / "0.0006h" / "base" / "study.json").read_text()
                                        )["pretrain"]
     assert not (work / "0.0006h" / "mask40").exists()
+    # a second study on the other core holds the base: this one leaves it and goes on
+    base_files = {p: p.read_bytes() for p in (work / "0.0006h" / "base").glob("*.json")}
+    with held_elsewhere(work / "0.0006h" / "base" / "sitting-pretrain"):
+        recipes.run_recipes(base, BUDGET, names, work, data, ft)
+    assert {p: p.read_bytes() for p in (work / "0.0006h" / "base").glob("*.json")} == base_files
+    assert json.loads((work / "0.0006h" / "mask40" / "cells.json").read_text())["cells"]
     recipes.run_recipes(base, BUDGET, names, work, data, ft)
     recorded = {p: p.read_bytes() for p in work.rglob("*.json")}
     recipes.run_recipes(base, BUDGET, names, work, data, ft)  # done: nothing to redo

@@ -22,6 +22,7 @@ predicted, so read those rows by the SST-2 gain) and by the SST-2 gain.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -42,6 +43,7 @@ from bertkit.studies.report import (
     save_figure,
     write_block,
 )
+from bertkit.studies.runner import Busy
 from bertkit.tokenization import BertTokenizer
 
 log = logging.getLogger(__name__)
@@ -152,7 +154,8 @@ def run_recipes(base: curve.CurveSettings, budget_hours: float, names: Sequence[
     """Every variant in turn: pre-train it for the budget's steps, then fine-tune it and its
     twin; stop when this sitting has spent `hours_left` CPU-hours of pre-training (all variants
     together). A killed or stopped study continues where it stopped (each variant is a curve,
-    which resumes)."""
+    which resumes). A variant's part that another process holds (a second study on the other
+    core) is left to it: this one goes on to the next variant."""
     for name in names:
         if hours_left <= 0:
             log.info("this sitting's pre-training hours are used; the next one continues")
@@ -160,16 +163,29 @@ def run_recipes(base: curve.CurveSettings, budget_hours: float, names: Sequence[
         settings = variant_settings(base, name, budget_hours)
         folder = variant_folder(work, budget_hours, name)
         log.info("recipe %s: %s", name, VARIANTS[name][1])
-        with curve.sitting(folder, "pretrain"):
+        with contextlib.ExitStack() as held:
+            if not _take(held, folder, "pretrain", name):
+                continue  # (its fine-tuning waits for the other process's pre-training)
             store = curve.open_store(folder, settings)
             curve.prepare_data(settings, folder)
             if name != "base" and store.pretrain_info("horizon") is None:
                 store.put_pretrain("horizon", variant_horizon(base, budget_hours, name, work))
             hours_left -= curve.pretrain_points(store, settings, folder, hours_left,
                                                 fixed_steps=True) / curve.HOUR
-        with curve.sitting(folder, "finetune"):
-            curve_finetune.finetune_points(store, curve_finetune.open_cells(folder, ft), settings,
-                                           ft, folder, data)
+        with contextlib.ExitStack() as held:
+            if _take(held, folder, "finetune", name):
+                curve_finetune.finetune_points(store, curve_finetune.open_cells(folder, ft),
+                                               settings, ft, folder, data)
+
+
+def _take(held: contextlib.ExitStack, folder: Path, part: str, name: str) -> bool:
+    """Take the variant's `part` sitting into `held`; False (said) when another process has it."""
+    try:
+        held.enter_context(curve.sitting(folder, part))
+    except Busy as err:
+        log.warning("recipe %s: %s; left to it, on to the next variant", name, err)
+        return False
+    return True
 
 
 def recipe_rows(base: curve.CurveSettings, budget_hours: float, names: Sequence[str],
