@@ -214,13 +214,14 @@ def recipes_markdown(rows: Sequence[dict[str, Any]],
         acc = "—" if r["mlm_acc"] is None else f"{100 * r['mlm_acc']:.1f}"
         if base is not None and r is not base and None not in (r["mlm_acc"], base["mlm_acc"]):
             acc += f" ({100 * (r['mlm_acc'] - base['mlm_acc']):+.1f})"
-        table.append([f"`{r['variant']}`", r["change"], r["step"], f"{r['tokens'] / 1e6:.1f}M",
+        table.append([f"`{r['variant']}`", r["change"], r["step"], f"{r['cpu_hours']:.2f}",
+                      f"{r['tokens'] / 1e6:.1f}M",
                       acc, " ".join(f"`{g}`" for g in r.get("fill_mask", [])) or "—",
                       format_mean_std(r["scores"], scale=1.0),
                       format_mean_std(r["random"], scale=1.0),
                       format_gain(r),
                       len(r["scores"])])
-    return markdown_table(["variant", "change", "steps", "tokens",
+    return markdown_table(["variant", "change", "steps", "CPU-h (as run)", "tokens",
                            "held-out MLM acc. (%) (vs base)", "fill-mask, first guesses",
                            f"{ft.task} pre-trained", f"{ft.task} random twin", "gain ± SE",
                            "seeds"], table)
