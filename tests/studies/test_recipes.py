@@ -147,3 +147,12 @@ def test_a_second_phase_is_for_a_one_budget_run_and_a_longer_length():
     with pytest.raises(BertkitError, match="share"):
         curve.CurveSettings(corpus=("x",), budgets_hours=(1.0,), max_seq_length=64,
                             phase2_seq_length=128, phase2_share=1.0)
+
+
+def test_points_drawn_on_top_of_each_other_share_one_label():
+    # the 0.5h table's corner: four collapsed runs at (3.4-3.7%, -20), three near (12.5%, -4)
+    points = [(5.0, -16.2), (3.4, -20.0), (3.6, -20.0), (12.2, -3.9), (12.7, -3.5),
+              (12.8, -4.0), (25.1, -3.1), (3.7, -19.8)]
+    assert recipes.near_groups(points) == [[0], [1, 2, 7], [3, 4, 5], [6]]
+    assert recipes.near_groups([(1.0, 1.0), (2.0, 2.0)]) == [[0], [1]]
+    assert recipes.near_groups([]) == []

@@ -256,11 +256,14 @@ def plot_recipes(rows: Sequence[dict[str, Any]], ft: curve_finetune.FinetuneSett
     if plt is None or not scored:
         return None
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in scored:
-        ax.errorbar(100 * r["mlm_acc"], r["gain"], yerr=2 * r["gain_se"], fmt="o", capsize=3,
+    points = [(100 * r["mlm_acc"], r["gain"]) for r in scored]
+    for r, (x, y) in zip(scored, points):
+        ax.errorbar(x, y, yerr=2 * r["gain_se"], fmt="o", capsize=3,
                     color="tab:red" if r["variant"] == "base" else "tab:blue")
-        ax.annotate(r["variant"], (100 * r["mlm_acc"], r["gain"]), textcoords="offset points",
-                    xytext=(5, 4), fontsize=8)
+    for group in near_groups(points):  # one label for points drawn on top of each other
+        x, y = points[group[0]]
+        ax.annotate(", ".join(scored[i]["variant"] for i in group), (x, y),
+                    textcoords="offset points", xytext=(5, 4), fontsize=8)
     ax.axhline(0, color="grey", lw=0.8)
     ax.set(xlabel="held-out MLM accuracy (%), each on its own held-out split",
            ylabel=f"{ft.task} gain over the random twin (points, ± 2 SE)",
@@ -268,3 +271,24 @@ def plot_recipes(rows: Sequence[dict[str, Any]], ft: curve_finetune.FinetuneSett
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return save_figure(fig, plt, png)
+
+
+def near_groups(points: Sequence[tuple[float, float]], fraction: float = 0.03) -> list[list[int]]:
+    """Indices of `points` in groups whose members lie within `fraction` of the points' span of
+    each other on both axes, chained (single linkage); each group in the points' order."""
+    spans = [max(1e-9, max(c) - min(c)) for c in zip(*points)] if points else []
+    group_of = list(range(len(points)))
+
+    def root(i: int) -> int:
+        while group_of[i] != i:
+            i = group_of[i]
+        return i
+
+    for i, a in enumerate(points):
+        for j in range(i):
+            if all(abs(u - v) <= fraction * span for u, v, span in zip(a, points[j], spans)):
+                group_of[root(i)] = root(j)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(points)):
+        groups.setdefault(root(i), []).append(i)
+    return list(groups.values())
