@@ -3,6 +3,7 @@ inspection commands and the refusals of bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -26,8 +27,11 @@ from bertkit.tokenization.trainer import TrainerConfig, save_vocab, train_from_t
 from bertkit.training.loop import TrainConfig
 from bertkit.training.pretrain import (
     PretrainConfig,
+    document_cut,
     ltr_targets,
     make_collate,
+    matched_holdout,
+    open_shards,
     phase2_config,
     pretrain_train_config,
     run_pretraining,
@@ -252,6 +256,40 @@ def test_phase2_waits_for_phase1_and_the_result_is_the_whole_runs(corpus, tmp_pa
     assert whole.tokens_seen == phase1["tokens_seen"] + phase2["tokens_seen"]
     # (the result's clock is read once more after the last state was saved)
     assert 0 <= whole.cpu_seconds - (phase1["cpu_seconds"] + phase2["cpu_seconds"]) < 0.1
+
+
+def test_phase1_holds_out_the_text_phase2_is_evaluated_on(corpus, tmp_path):
+    """The same corpus at T = 32 then T = 64: phase 2's hold-out (a count of instances: 2,000
+    by default on a large corpus, 150 here) covers more text than the same count at 32; phase 1
+    holds out those same chunks, so no text phase 2 is evaluated on was trained on in phase 1."""
+    # the books as documents of 2,000 characters, a sentence a line (Google's format)
+    text = " ".join(" ".join(corpus["texts"]).split())
+    docs = tmp_path / "docs.txt"
+    docs.write_text("\n\n".join(text[i:i + 2000].replace(". ", ".\n")
+                                  for i in range(0, len(text), 2000)) + "\n", encoding="utf-8")
+    shards = {}
+    for t in (32, SEQ):
+        chunk = ChunkConfig(instance=InstanceConfig(max_seq_length=t), dupe_factor=1,
+                            dynamic_masking=True)
+        shards[t] = tmp_path / f"t{t}"
+        prepare([docs], BertTokenizer.from_pretrained(corpus["tok"]), shards[t],
+                PrepareConfig(chunk=chunk, chunk_chars=4000, format="google"), progress=False)
+    cfg = PretrainConfig(data=str(shards[32]), phase2_data=str(shards[SEQ]), phase2_steps=1,
+                         tokenizer=str(corpus["tok"]), config_file=str(corpus["config"]),
+                         eval_holdout=150)
+    tokenizer = BertTokenizer.from_pretrained(corpus["tok"])
+    config = BertConfig.load(corpus["config"])
+    first, second = (open_shards(shards[t], tokenizer, config) for t in (32, SEQ))
+    starts1, starts2 = first.meta.chunk_starts, second.meta.chunk_starts
+    assert len(starts1) == len(starts2) > 10
+    k1 = matched_holdout(cfg, config, tokenizer)
+    cut2 = document_cut(starts2, len(second), 150)
+    assert starts1.index(len(first) - k1) == starts2.index(cut2)  # the same chunks held out
+    # the plain rule would have held out fewer chunks at T = 32: the leak this closes
+    assert starts1.index(document_cut(starts1, len(first), 150)) > starts2.index(cut2)
+    # another corpus (other chunks): the plain rule
+    other = dataclasses.replace(cfg, data=str(corpus["dynamic"]))
+    assert matched_holdout(other, config, tokenizer) == 150
 
 
 def test_two_phases_then_continued_pretraining_with_init(corpus, tmp_path):

@@ -326,7 +326,7 @@ def split_eval(dataset: ShardDataset, holdout: int | None) -> tuple[Any, Any]:
     way (nor chunks far larger than the hold-out): then the last instances are held out, with a
     warning that they share documents."""
     n = len(dataset)
-    k = min(2000, n // 20) if holdout is None else holdout
+    k = default_holdout(n) if holdout is None else holdout
     if k >= n:
         raise BertkitError(f"{dataset.path}: eval holdout {k} leaves no training data ({n})")
     if k <= 0:
@@ -371,6 +371,26 @@ def run_phase(cfg: PretrainConfig, model: BertForPreTraining | BertForMaskedLM, 
             micro, cfg.eval_batches)
     return train(model, train_set, collate, train_cfg, evaluate=evaluate,
                  step_metrics=pretraining_metrics)
+
+
+def default_holdout(n: int) -> int:
+    return min(2000, n // 20)
+
+
+def matched_holdout(cfg: PretrainConfig, config: BertConfig, tokenizer) -> int | None:
+    """Phase 1's hold-out when phase 2 reads the same corpus (the same chunks, at another
+    length): phase 2's held-out chunks, so that the text phase 2 is evaluated on was never
+    trained on in phase 1 (at a longer length the same number of instances covers more text).
+    `cfg.eval_holdout` when the chunks differ (another corpus) or do not cut."""
+    first = open_shards(cfg.data, tokenizer, config)
+    second = open_shards(cfg.phase2_data, tokenizer, config)
+    starts1, starts2 = first.meta.chunk_starts, second.meta.chunk_starts
+    n1, n2 = len(first), len(second)
+    k2 = default_holdout(n2) if cfg.eval_holdout is None else cfg.eval_holdout
+    cut = document_cut(starts2, n2, k2) if k2 > 0 else None
+    if len(starts1) != len(starts2) or cut is None:
+        return cfg.eval_holdout
+    return n1 - starts1[starts2.index(cut)]
 
 
 def phase2_config(train_cfg: TrainConfig, output: Path, steps: int
@@ -426,7 +446,11 @@ def run_pretraining(cfg: PretrainConfig) -> TrainResult:
         if phase2 and latest_checkpoint(output / "phase2") is not None:
             log.info("phase 1 finished earlier; resuming phase 2 from %s", output / "phase2")
         else:
-            result = run_phase(cfg, model, cfg.data, tokenizer, cfg.train)
+            first = cfg
+            if phase2 and cfg.eval_data is None:
+                first = dataclasses.replace(cfg, eval_holdout=matched_holdout(cfg, config,
+                                                                              tokenizer))
+            result = run_phase(first, model, cfg.data, tokenizer, cfg.train)
             # a phase 1 stopped by its CPU budget continues in the next sitting, never in
             # phase 2 (which would start from half-trained weights)
             phase2 = phase2 and result.step >= cfg.train.max_steps
