@@ -363,7 +363,7 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
         ended = result.output_dir == last_phase and result.step >= last_step
         if not ended and (fixed_steps or result.cpu_seconds < hours * HOUR):
             continue  # stopped for the sitting's limit: the next check returns
-        if result.checkpoint is not None:
+        if result.checkpoint is not None and not phase2_steps:  # (a decay branch starts here)
             keep_state(work, label, result.checkpoint)
         extra: dict[str, Any] = {"hours": hours}
         if phase2_steps:  # the point counts the run's steps over both phases
