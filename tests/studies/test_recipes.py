@@ -11,6 +11,7 @@ import pytest
 from bertkit.errors import BertkitError
 from bertkit.studies import curve, curve_finetune, recipes
 from bertkit.studies.report import pyplot
+from bertkit.training.state import saved_cost
 from tests.helpers import held_elsewhere, small_glue
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -124,9 +125,7 @@ def test_a_two_phase_variant_spends_its_share_at_the_bases_length(shared_data, t
     point = store.pretrain_info(curve.budget_label(budget))
     assert point["phase2_steps"] == 10 and point["step"] == horizon["steps"] + 10
     run = folder / "run"
-    tokens = [json.loads((run / d / "checkpoints").glob("step-*").__next__()
-                         .joinpath("summary.json").read_text())["tokens_seen"]
-              for d in (".", "phase2")]
+    tokens = [saved_cost(run / d)["tokens_seen"] for d in (".", "phase2")]
     assert point["tokens_seen"] == sum(tokens) and min(tokens) > 0
     # phase 1 read the T = 64 shards, phase 2 and its held-out evaluation the T = 128 ones
     assert json.loads((folder / "shards" / "meta.json").read_text())["params"][
@@ -134,6 +133,7 @@ def test_a_two_phase_variant_spends_its_share_at_the_bases_length(shared_data, t
     assert json.loads((folder / curve.PHASE2_SHARDS / "meta.json").read_text())["params"][
         "max_seq_length"] == 128
     assert 0 <= point["eval_mlm_acc"] <= 1
+    assert not (folder / "branches").exists()  # (phase 2's state is no decay branch's start)
     with pytest.raises(BertkitError, match="phase 2 runs at the base's length"):
         recipes.variant_horizon(dataclasses.replace(base, max_seq_length=96), budget,
                                 "seq64-128", work)
@@ -156,3 +156,18 @@ def test_points_drawn_on_top_of_each_other_share_one_label():
     assert recipes.near_groups(points) == [[0], [1, 2, 7], [3, 4, 5], [6]]
     assert recipes.near_groups([(1.0, 1.0), (2.0, 2.0)]) == [[0], [1]]
     assert recipes.near_groups([]) == []
+
+
+def test_a_variant_waits_while_another_process_measures_the_bases_steps(tmp_path):
+    base = curve.CurveSettings(corpus=("x",))
+    folder = recipes.variant_folder(tmp_path, 1.0, "base")
+    curve.open_store(folder, recipes.variant_settings(base, "base", 1.0)).begin()
+    assert not recipes.base_measuring(base, 1.0, tmp_path)  # not held: the base runs here
+    with held_elsewhere(curve.sitting_folder(folder, "pretrain")):
+        assert recipes.base_measuring(base, 1.0, tmp_path)
+        # no vocabulary, shards or base steps exist: sizing mask40 now would fail
+        recipes.run_recipes(base, 1.0, ("mask40",), tmp_path, tmp_path, None)
+        assert not recipes.variant_folder(tmp_path, 1.0, "mask40").joinpath("vocab").exists()
+        curve.open_store(folder, recipes.variant_settings(base, "base", 1.0)).put_pretrain(
+            "horizon", {"steps": 10, "cpu_seconds_per_step": 1.0})
+        assert not recipes.base_measuring(base, 1.0, tmp_path)  # measured: variants may go

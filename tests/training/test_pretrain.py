@@ -230,6 +230,19 @@ def test_phase2_resumes_only_from_a_saved_checkpoint(tmp_path):
     assert phase2_config(cfg, tmp_path, 5).resume == "auto"
 
 
+def test_phase2_gets_what_phase1_left_of_a_cpu_budget(tmp_path):
+    step = tmp_path / CHECKPOINTS / "step-10"
+    step.mkdir(parents=True)
+    (step / STATE_FILE).write_bytes(b"")
+    (step / "summary.json").write_text(json.dumps({"step": 10, "cpu_seconds": 30.0}))
+    cfg = TrainConfig(output_dir=str(tmp_path), max_steps=10, stop_at_cpu_seconds=100.0)
+    assert phase2_config(cfg, tmp_path, 5).stop_at_cpu_seconds == pytest.approx(70.0)
+    spent = dataclasses.replace(cfg, stop_at_cpu_seconds=30.0)
+    assert phase2_config(spent, tmp_path, 5) is None  # nothing left: no phase 2 this sitting
+    assert phase2_config(dataclasses.replace(cfg, stop_at_cpu_seconds=None), tmp_path,
+                         5).stop_at_cpu_seconds is None
+
+
 def test_phase2_waits_for_phase1_and_the_result_is_the_whole_runs(corpus, tmp_path):
     """A phase 1 stopped by its CPU budget continues in the next sitting; phase 2 starts only
     from a finished phase 1, and the result counts both phases' tokens and seconds."""

@@ -178,7 +178,11 @@ def keep_state(work: Path, label: str, state: Path) -> None:
 def sitting(work: Path, part: str) -> AbstractContextManager[None]:
     """One sitting of each part (pre-training, fine-tuning) at a time in a work folder:
     `runner.hold` on a folder of the part's own, which no run inside the sitting takes."""
-    return hold(work / f"sitting-{part}", f"another {part} sitting of the study in {work}")
+    return hold(sitting_folder(work, part), f"another {part} sitting of the study in {work}")
+
+
+def sitting_folder(work: Path, part: str) -> Path:
+    return work / f"sitting-{part}"
 
 
 def open_store(work: Path, settings: CurveSettings) -> ResultsStore:
@@ -317,6 +321,9 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
     what else the machine runs, so a CPU stop would give runs of one budget unequal steps and
     an unfinished schedule (the records keep the seconds each run did cost)."""
 
+    if settings.phase2_seq_length is not None and not fixed_steps:
+        raise BertkitError("a second phase is for a run of fixed steps (a recipe): a curve's "
+                           "points would be read off its first phase")
     arch = architecture(settings, BertTokenizer.from_pretrained(work / "vocab").vocab_size)
     steps = horizon_steps(store, settings, work, arch)
     phase2_steps = int(store.pretrain_info("horizon").get("phase2_steps", 0))

@@ -43,7 +43,7 @@ from bertkit.studies.report import (
     save_figure,
     write_block,
 )
-from bertkit.studies.runner import Busy
+from bertkit.studies.runner import Busy, busy
 from bertkit.tokenization import BertTokenizer
 
 log = logging.getLogger(__name__)
@@ -167,6 +167,11 @@ def run_recipes(base: curve.CurveSettings, budget_hours: float, names: Sequence[
             if not _take(held, folder, "pretrain", name):
                 continue  # (its fine-tuning waits for the other process's pre-training)
             store = curve.open_store(folder, settings)
+            if (name != "base" and store.pretrain_info("horizon") is None
+                    and base_measuring(base, budget_hours, work)):
+                log.warning("recipe %s: the base's steps are being measured in another "
+                            "process; left for a later sitting, on to the next variant", name)
+                continue
             curve.prepare_data(settings, folder)
             if name != "base" and store.pretrain_info("horizon") is None:
                 store.put_pretrain("horizon", variant_horizon(base, budget_hours, name, work))
@@ -176,6 +181,14 @@ def run_recipes(base: curve.CurveSettings, budget_hours: float, names: Sequence[
             if _take(held, folder, "finetune", name):
                 curve_finetune.finetune_points(store, curve_finetune.open_cells(folder, ft),
                                                settings, ft, folder, data)
+
+
+def base_measuring(base: curve.CurveSettings, budget_hours: float, work: Path) -> bool:
+    """Another process holds the base's pre-training and has not recorded its steps yet (its
+    vocabulary, shards and probe come first): a variant cannot be sized until it has."""
+    folder = variant_folder(work, budget_hours, "base")
+    return (busy(curve.sitting_folder(folder, "pretrain")) and curve.open_store(
+        folder, variant_settings(base, "base", budget_hours)).pretrain_info("horizon") is None)
 
 
 def _take(held: contextlib.ExitStack, folder: Path, part: str, name: str) -> bool:
