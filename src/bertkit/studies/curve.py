@@ -326,10 +326,7 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
                            "points would be read off its first phase")
     arch = architecture(settings, BertTokenizer.from_pretrained(work / "vocab").vocab_size)
     steps = horizon_steps(store, settings, work, arch)
-    phase2_steps = int(store.pretrain_info("horizon").get("phase2_steps", 0))
-    if (settings.phase2_seq_length is not None) != (phase2_steps > 0):
-        raise BertkitError(f"{store.path}: the horizon's phase 2 steps ({phase2_steps}) do not "
-                           f"match the recipe's second phase ({settings.phase2_seq_length})")
+    phase2_steps = planned_phase2_steps(store, settings)
     if settings.init is None:  # (with --init the run takes the model's own config)
         arch.save(pipeline.architecture_file(work / "run"))
     spent = 0.0
@@ -378,6 +375,16 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
             result = dataclasses.replace(result, step=steps + result.step)
         record_point(store, work, label, work / "run", result, **extra)
     return spent
+
+
+def planned_phase2_steps(store: ResultsStore, settings: CurveSettings) -> int:
+    """The second phase's steps, as the horizon recorded them (0: one phase), checked against
+    the recipe."""
+    steps = int(store.pretrain_info("horizon").get("phase2_steps", 0))
+    if (settings.phase2_seq_length is not None) != (steps > 0):
+        raise BertkitError(f"{store.path}: the horizon's phase 2 steps ({steps}) do not match "
+                           f"the recipe's second phase ({settings.phase2_seq_length})")
+    return steps
 
 
 def run_cpu_seconds(run: Path) -> float:
