@@ -1,5 +1,5 @@
 """`bertkit study pretrain-curve`'s options: what they refuse before any work starts, and the
-second (bf16) curve's default folder."""
+default folders of the other curves (bf16, a named recipe)."""
 
 import pytest
 
@@ -31,6 +31,8 @@ from bertkit.cli.main import main
     (["--status", "--hours", "1"], "--status and --report read the records"),
     (["--status", "--finetune", "--points", "1h"], "drop --points"),
     (["--task-text", "conll2003"], "invalid choice: 'conll2003'"),
+    (["--recipe", "paper"], "invalid choice: 'paper'"),  # (the curve's own is not the paper's)
+    (["--recipe", "small-budget", "--init", "model"], "keeps the model's shape"),
 ])
 def test_options_that_need_another_are_refused(shared_data, tmp_path, capsys, args, says):
     work = tmp_path / "work"
@@ -63,19 +65,25 @@ def test_a_report_of_nothing_keeps_the_records_there(shared_data, tmp_path, caps
     assert (docs / "pretrain_curve.json").read_text() == '{"rows": [1]}'
 
 
-def test_the_bf16_curve_has_a_folder_of_its_own(shared_data, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
+@pytest.mark.parametrize("args, folder", [
+    (["--precision", "bf16"], "pretrain-curve-bf16"),
+    (["--recipe", "small-budget"], "pretrain-curve-small-budget"),
+    (["--recipe", "small-budget", "--precision", "bf16"], "pretrain-curve-small-budget-bf16"),
+])
+def test_another_curve_has_a_folder_of_its_own(shared_data, tmp_path, monkeypatch, capsys,
+                                               args, folder):
     (tmp_path / "repo").mkdir()
     monkeypatch.chdir(tmp_path / "repo")
-    assert main(["study", "pretrain-curve", "--data", str(shared_data), "--precision", "bf16",
-                 "--status"]) == 0
-    assert "pretrain-curve-bf16: nothing recorded yet" in capsys.readouterr().out
+    assert main(["study", "pretrain-curve", "--data", str(shared_data), *args, "--status"]) == 0
+    assert f"/{folder}: nothing recorded yet" in capsys.readouterr().out
 
 
 def test_recipes_refuse_what_they_cannot_do(shared_data, tmp_path, capsys):
     base = ["study", "pretrain-recipes", "--data", str(shared_data), "--work", str(tmp_path)]
     assert main([*base, "--finetune"]) == 1
     assert "drop --init / --finetune" in capsys.readouterr().err
+    assert main([*base, "--recipe", "small-budget"]) == 1
+    assert "pretrain-recipes varies the curve's own" in capsys.readouterr().err
     assert main([*base, "--variants", "mask40,mask99"]) == 1
     assert "unknown recipe variant(s) mask99" in capsys.readouterr().err
     for bad in ("0", "nan", "inf"):

@@ -217,5 +217,9 @@ def test_each_curve_reports_to_a_page_of_its_own_against_its_own_baseline():
                                                 "<!-- curve-bf16:begin -->",
                                                 "<!-- curve-bf16:end -->")
     assert curve_finetune.report_name(cont)[0] == "continued_pretraining"
+    small = dataclasses.replace(bf16, **curve.recipe_fields("small-budget"))
+    assert curve_finetune.report_name(small) == ("pretrain_curve_small-budget-bf16",
+                                                 "<!-- curve-small-budget-bf16:begin -->",
+                                                 "<!-- curve-small-budget-bf16:end -->")
     assert curve_finetune.baseline(cont) == curve_finetune.INIT
     assert curve_finetune.baseline(fp32) == curve_finetune.RANDOM

@@ -13,6 +13,12 @@ from bertkit.data.prepare import PrepareConfig, prepare
 from bertkit.errors import BertkitError
 from bertkit.io import check_output_outside
 from bertkit.tokenization import BertTokenizer
+from bertkit.training.pretrain_recipes import RECIPES, prepare_settings, recipe_help
+
+# the paper's values of the options a --recipe may set: the library's defaults
+_INSTANCE, _CHUNK = InstanceConfig(), ChunkConfig(InstanceConfig())
+PAPER = {"max_seq_length": _INSTANCE.max_seq_length, "objective": _INSTANCE.objective,
+         "masked_lm_prob": _CHUNK.masked_lm_prob, "dynamic_masking": _CHUNK.dynamic_masking}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,20 +41,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "holds each document's text")
     p.add_argument("--id-field", metavar="NAME",
                    help="a field or column naming each document in messages (e.g. id, title)")
-    p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--objective", choices=SHARD_OBJECTIVES, default="mlm+nsp")
+    p.add_argument("--recipe", choices=tuple(RECIPES), default="paper",
+                   help="the defaults of --max-seq-length, --objective, --masked-lm-prob and "
+                   "--dynamic-masking (the options given win); pre-train with the same "
+                   f"--recipe. {recipe_help()}")
+    p.add_argument("--max-seq-length", type=int, default=None,
+                   help=f"(default: {PAPER['max_seq_length']}, or the --recipe's)")
+    p.add_argument("--objective", choices=SHARD_OBJECTIVES, default=None,
+                   help=f"(default: {PAPER['objective']}, or the --recipe's)")
     p.add_argument("--dupe-factor", type=int, default=None,
                    help="passes over the corpus with new pairs and masks (5; 1 if dynamic)")
     p.add_argument("--short-seq-prob", type=float, default=0.1)
-    p.add_argument("--masked-lm-prob", type=float, default=0.15)
+    p.add_argument("--masked-lm-prob", type=float, default=None,
+                   help=f"(default: {PAPER['masked_lm_prob']:g}, or the --recipe's)")
     p.add_argument("--max-predictions-per-seq", type=int, default=None,
                    help="cap on masked positions (default ceil(max_seq_length * masked_lm_prob))")
     p.add_argument("--whole-word-mask", action="store_true", help="mask whole words (Google WWM)")
     p.add_argument("--no-mask-unk", dest="mask_unk", action="store_false",
                    help="treat [UNK] as special: never masked, predicted or drawn as a random "
                    "replacement (default: an ordinary token, as in Google's script)")
-    p.add_argument("--dynamic-masking", action="store_true",
-                   help="store unmasked instances; mask at batch time (DynamicMaskingCollate)")
+    p.add_argument("--dynamic-masking", action=argparse.BooleanOptionalAction, default=None,
+                   help="store unmasked instances; mask at batch time (DynamicMaskingCollate; "
+                   "default: static masks, as the paper)")
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--shard-size", type=int, default=100_000, help="instances per shard")
     p.add_argument("--chunk-chars", type=int, default=1_000_000,
@@ -83,6 +97,10 @@ def _register_merge(subparsers: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> PrepareConfig:
+    recipe = {**PAPER, **prepare_settings(args.recipe)}
+    for key, value in recipe.items():  # an option the command line gave wins
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     dupe = args.dupe_factor if args.dupe_factor is not None else (
         1 if args.dynamic_masking else 5)
     max_pred = args.max_predictions_per_seq

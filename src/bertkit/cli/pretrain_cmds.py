@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from bertkit.cli.common import add_hardware, add_join_timeout, add_resume, run_together
+from bertkit.data.meta import read_meta
 from bertkit.errors import BertkitError
 from bertkit.inference.pretraining import fill_mask, is_next_probability, load_pretraining_model
 from bertkit.io import check_new_file
@@ -16,9 +17,15 @@ from bertkit.studies.report import plot_run
 from bertkit.training import distributed
 from bertkit.training.optim import OPTIMIZERS, SCHEDULES
 from bertkit.training.pretrain import OBJECTIVES, PretrainConfig, pretrain_train_config, run_pretraining
+from bertkit.training.pretrain_recipes import RECIPES, pretrain_settings, recipe_help
 
 PRETRAIN_DEFAULTS = PretrainConfig(data="")  # the defaults, defined once in the library
 TRAIN_DEFAULTS = PRETRAIN_DEFAULTS.train
+# the paper's values of the options a --recipe may set (warmup: TRAIN_DEFAULTS' steps)
+PAPER = {"objective": PRETRAIN_DEFAULTS.objective, "batch_size": TRAIN_DEFAULTS.batch_size,
+         "lr": TRAIN_DEFAULTS.lr, "dropout": None}
+
+log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,16 +69,27 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
     which.add_argument("--init", help="continue from a checkpoint directory (HF layout)")
     p.add_argument("--tokenizer", help="tokenizer dir (vocab check, dynamic masking, export); "
                    "default: the --init dir when it has vocab.txt")
-    p.add_argument("--objective", default=PRETRAIN_DEFAULTS.objective, choices=OBJECTIVES)
+    p.add_argument("--recipe", choices=tuple(RECIPES), default="paper",
+                   help="the defaults of --objective, --batch-size, --lr, the warmup and a "
+                   "--model preset's --dropout (the options given win); the shards from "
+                   f"`bertkit prepare` with the same --recipe. {recipe_help()}")
+    p.add_argument("--objective", default=None, choices=OBJECTIVES,
+                   help=f"(default: {PAPER['objective']}, or the --recipe's)")
     p.add_argument("--max-steps", type=int, default=TRAIN_DEFAULTS.max_steps)
-    p.add_argument("--batch-size", type=int, default=TRAIN_DEFAULTS.batch_size,
-                   help="global examples per step")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"global examples per step (default: {PAPER['batch_size']}, or the "
+                   "--recipe's)")
     p.add_argument("--micro-batch-size", type=int, help="per forward per process "
                    "(gradient accumulation = batch / (micro x processes))")
-    p.add_argument("--lr", type=float, default=TRAIN_DEFAULTS.lr)
-    p.add_argument("--warmup-steps", type=int, default=TRAIN_DEFAULTS.warmup_steps,
-                   help="capped at 10%% of --max-steps when it is not shorter than the run")
+    p.add_argument("--lr", type=float, default=None,
+                   help=f"(default: {PAPER['lr']:g}, or the --recipe's)")
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help=f"(default: {TRAIN_DEFAULTS.warmup_steps}, or the --recipe's ratio) "
+                   "capped at 10%% of --max-steps when it is not shorter than the run")
     p.add_argument("--warmup-ratio", type=float, help="fraction of --max-steps (overrides steps)")
+    p.add_argument("--dropout", type=float, default=None,
+                   help="a --model preset's hidden and attention dropout while pre-training, "
+                   "kept in the export (default: 0.1, or the --recipe's)")
     p.add_argument("--weight-decay", type=float, default=TRAIN_DEFAULTS.weight_decay)
     p.add_argument("--optimizer", default=TRAIN_DEFAULTS.optimizer, choices=OPTIMIZERS,
                    help="adamw_google: Google's AdamWeightDecayOptimizer (no bias correction)")
@@ -107,7 +125,31 @@ def run_pretrain(args: argparse.Namespace) -> int:
     return run_together(lambda: _pretrain(args))
 
 
+def apply_recipe(args: argparse.Namespace) -> None:
+    """Fill the options the command line left unset from --recipe, then the paper's values."""
+    recipe = pretrain_settings(args.recipe)
+    if args.warmup_steps is not None or args.warmup_ratio is not None:
+        recipe.pop("warmup_ratio", None)  # a warmup given in either unit wins
+    if args.config_file is not None or args.init is not None:
+        if recipe.pop("dropout", None) is not None:
+            log.warning("--recipe %s: its dropout is for a --model preset; the %s model keeps "
+                        "its own", args.recipe, "--config" if args.config_file else "--init")
+    for key, value in {**PAPER, **recipe}.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.warmup_steps is None:  # (with a ratio, the ratio wins)
+        args.warmup_steps = TRAIN_DEFAULTS.warmup_steps
+    want = RECIPES[args.recipe].settings.get("max_seq_length")
+    for folder in [] if want is None or not distributed.is_main() else args.data:
+        prepared = int(read_meta(folder).params["max_seq_length"])
+        if prepared != want:
+            log.warning("--recipe %s is measured at T = %d; %s was prepared at T = %d "
+                        "(`bertkit prepare --recipe %s` prepares it)", args.recipe, want,
+                        folder, prepared, args.recipe)
+
+
 def _pretrain(args: argparse.Namespace) -> int:
+    apply_recipe(args)
     train_cfg = pretrain_train_config(
         args.output, max_steps=args.max_steps, batch_size=args.batch_size,
         micro_batch_size=args.micro_batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
@@ -124,7 +166,7 @@ def _pretrain(args: argparse.Namespace) -> int:
         init=args.init, tokenizer=args.tokenizer, objective=args.objective,
         eval_data=args.eval_data, eval_holdout=args.eval_holdout,
         eval_batches=args.eval_batches, phase2_data=args.phase2_data,
-        phase2_steps=args.phase2_steps)
+        phase2_steps=args.phase2_steps, dropout=args.dropout)
     result = run_pretraining(cfg)
     if distributed.is_main():
         shown = {k: round(v, 4) for k, v in result.metrics.items() if isinstance(v, float)}

@@ -15,12 +15,14 @@ from bertkit.errors import BertkitError
 from bertkit.studies import cooldown, curve, curve_finetune, recipes
 from bertkit.studies.report import check_report_target
 from bertkit.tasks.glue import GLUE_TASKS
+from bertkit.training.pretrain_recipes import RECIPES, recipe_help
 
 log = logging.getLogger(__name__)
 
 DEFAULTS = curve.CurveSettings(corpus=("-",))  # the defaults, defined once in the library
 STUDIES = ("pretrain-curve", "pretrain-recipes")
-DEFAULT_WORK = Path("../bertkit-studies/pretrain-curve")  # (+ "-bf16" for --precision bf16)
+# (+ "-small-budget" for --recipe small-budget, "-bf16" for --precision bf16)
+DEFAULT_WORK = Path("../bertkit-studies/pretrain-curve")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,9 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _sitting_options(p: argparse._ArgumentGroup) -> None:
     p.add_argument("--work", type=Path, default=None,
                    metavar="DIR", help="the study's folder: data, the run, the points, study.json "
-                   f"(default: {DEFAULT_WORK}, -bf16 added for --precision bf16; outside the "
-                   "checkout, though a new machine may not keep it: --report docs keeps the "
-                   "records)")
+                   f"(default: {DEFAULT_WORK}, -RECIPE added for --recipe, -bf16 for "
+                   "--precision bf16; outside the checkout, though a new machine may not keep "
+                   "it: --report docs keeps the records)")
     p.add_argument("--data", type=Path, default=None, metavar="DIR",
                    help="folder with books/, gutenberg/, wikitext-2/, glue/ (default: "
                    "$BERTKIT_DATA, else ../shared/data)")
@@ -92,6 +94,11 @@ def _recipe_options(p: argparse._ArgumentGroup) -> None:
     p.add_argument("--task-text", default=None, metavar="TASK", choices=GLUE_TASKS,
                    help="with --init: pre-train on TASK's training texts without their labels, "
                    f"a GLUE task ({', '.join(GLUE_TASKS)}; default: the book text)")
+    named = tuple(n for n in RECIPES if n != "paper")  # (the paper's is not the curve's)
+    p.add_argument("--recipe", default=None, choices=named,
+                   help="pretrain-curve with a named recipe (`bertkit pretrain --recipe`) "
+                   "instead of the curve's own (the recipe study's base), in a folder and "
+                   f"report of its own ({recipe_help(named)}); --batch-size and --lr still win")
     p.add_argument("--model", default=DEFAULTS.model, choices=tuple(PRESETS), metavar="PRESET",
                    help=f"the architecture, a preset: {', '.join(PRESETS)}")
     p.add_argument("--vocab-size", type=int, default=DEFAULTS.vocab_size, metavar="N",
@@ -142,6 +149,12 @@ def check_options(args: argparse.Namespace) -> None:
                            "give one of them too")
     if not args.hours > 0:  # (nan too)
         raise BertkitError(f"--hours must be > 0 CPU-hours, got {args.hours:g}")
+    if args.recipe and (args.init or args.name == "pretrain-recipes"):
+        raise BertkitError("--recipe names the curve's recipe: "
+                           + ("pretrain-recipes varies the curve's own, one change a variant"
+                              if args.name == "pretrain-recipes" else
+                              "a continued study (--init) keeps the model's shape and its own "
+                              "fine-tuning-sized rates"))
     if args.task_text and not args.init:
         raise BertkitError("--task-text is for continued pre-training: give --init MODEL too")
     if args.name == "pretrain-curve" and (args.budget is not None or args.variants):
@@ -209,11 +222,13 @@ def study_settings(args: argparse.Namespace) -> tuple[curve.CurveSettings, Path]
     given = {k: v for k, v in (("batch_size", args.batch_size), ("lr", args.lr))
              if v is not None}
     if args.init is None:
+        recipe = curve.recipe_fields(args.recipe) if args.recipe else {}
         settings = curve.CurveSettings(
             corpus=curve.corpus_files(data_root(args.data)), model=args.model,
             vocab_size=args.vocab_size, threads=args.threads, precision=args.precision,
-            **given)
-        suffix = "" if args.precision == DEFAULTS.precision else f"-{args.precision}"
+            **{**recipe, **given})
+        suffix = "".join(f"-{tag}" for tag in (
+            args.recipe, None if args.precision == DEFAULTS.precision else args.precision) if tag)
         return settings, work or DEFAULT_WORK.with_name(args.name + suffix)
     if args.model != DEFAULTS.model or args.vocab_size != DEFAULTS.vocab_size:
         raise BertkitError("--init: the model's own shape and vocabulary are used; "

@@ -49,6 +49,7 @@ from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.loop import TrainResult
 from bertkit.training.pretrain import PretrainConfig, pretrain_train_config, run_pretraining
+from bertkit.training.pretrain_recipes import RECIPES, get_recipe
 from bertkit.training.state import RESUME_AUTO, list_checkpoints, saved_cost
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,21 @@ class CurveSettings:
             "vocab_size": config.vocab_size, "model": "init", "lr": 1e-4, "batch_size": 32,
             "warmup_ratio": 0.1, "dropout": config.hidden_dropout_prob,
             "budgets_hours": (0.25, 0.5, 1.0, 2.0), **changes})
+
+
+def recipe_fields(name: str) -> dict[str, Any]:
+    """A named recipe (`pretrain_recipes`) as the curve's settings (the curve masks at batch
+    time whatever the recipe says)."""
+    return {k: v for k, v in get_recipe(name).settings.items() if k != "dynamic_masking"}
+
+
+def recipe_name(settings: CurveSettings) -> str | None:
+    """The named recipe a curve's settings are (None: the curve's own, or another)."""
+    for name in RECIPES:
+        fields = recipe_fields(name)
+        if fields and all(getattr(settings, k) == v for k, v in fields.items()):
+            return name
+    return None
 
 
 def budget_label(hours: float) -> str:

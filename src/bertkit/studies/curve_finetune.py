@@ -38,6 +38,7 @@ from bertkit.studies.curve import (
     architecture,
     check_points,
     point_labels,
+    recipe_name,
 )
 from bertkit.studies.demo_config import FILL_MASK
 from bertkit.studies.demo_finetune import select_lr
@@ -319,8 +320,10 @@ def report_name(settings: CurveSettings) -> tuple[str, str, str]:
     continued pre-training: one page, two tables)."""
     if settings.init is not None:
         return "continued_pretraining", CONTINUED_BEGIN, CONTINUED_END
-    if settings.precision != "fp32":  # a second curve beside the first (same recipe otherwise)
-        tag = settings.precision
+    # a curve beside the first: another named recipe, another precision
+    tag = "-".join(filter(None, (recipe_name(settings),
+                                 None if settings.precision == "fp32" else settings.precision)))
+    if tag:
         return f"pretrain_curve_{tag}", f"<!-- curve-{tag}:begin -->", f"<!-- curve-{tag}:end -->"
     return "pretrain_curve", CURVE_BEGIN, CURVE_END
 

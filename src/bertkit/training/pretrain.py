@@ -87,6 +87,7 @@ class PretrainConfig:
     eval_batches: int = 20
     phase2_data: str | None = None  # the paper's second phase (longer sequences)
     phase2_steps: int = 0
+    dropout: float | None = None  # a preset's dropout (None: the preset's 0.1, the paper's)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -96,6 +97,13 @@ class PretrainConfig:
             raise BertkitError("give at most one of --model, --config and --init")
         if self.phase2_data is not None and self.phase2_steps < 1:
             raise BertkitError("--phase2-data needs --phase2-steps >= 1")
+        if self.dropout is not None:
+            if self.config_file is not None or self.init is not None:
+                raise BertkitError("--dropout sets a --model preset's dropout; a --config or "
+                                   "--init model carries its own (hidden_dropout_prob, "
+                                   "attention_probs_dropout_prob in its config.json)")
+            if not 0 <= self.dropout < 1:
+                raise BertkitError(f"--dropout must be in [0, 1), got {self.dropout}")
 
 
 def load_tokenizer(cfg: PretrainConfig):
@@ -171,8 +179,10 @@ def model_config(cfg: PretrainConfig, vocab_size: int, seq_len: int) -> BertConf
         return BertConfig.load(cfg.init)
     if cfg.config_file is not None:
         return BertConfig.load(cfg.config_file)
+    dropout = {} if cfg.dropout is None else {"hidden_dropout_prob": cfg.dropout,
+                                              "attention_probs_dropout_prob": cfg.dropout}
     return BertConfig.preset(cfg.model or "mini", vocab_size=vocab_size,
-                             max_position_embeddings=max(512, seq_len))
+                             max_position_embeddings=max(512, seq_len), **dropout)
 
 
 def model_class(objective: str) -> type[BertForPreTraining] | type[BertForMaskedLM]:
