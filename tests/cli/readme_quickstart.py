@@ -39,6 +39,8 @@ TIMEOUT = 300
 # smaller batches run the same code).
 SCALED = [
     (r"--max-steps 2000 --batch-size 64", "--max-steps 6 --batch-size 16"),
+    (r"--recipe small-budget --max-steps 2000$", "--recipe small-budget --max-steps 6 "
+                                                 "--batch-size 16"),
     (r"--budget-minutes 10", "--budget-minutes 0.05"),
     (r"--lr 2e-5,3e-5,5e-5 --epochs 2,3 --seeds 3",
      "--lr 2e-5,5e-5 --epochs 1 --seeds 2 --max-train-examples 16"),
