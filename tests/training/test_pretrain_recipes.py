@@ -32,7 +32,11 @@ def test_small_budget_is_the_variant_the_recipe_study_measured():
     preset = dataclasses.replace(base, budgets_hours=(1.0,),
                                  **curve.recipe_fields("small-budget"))
     assert preset == recipes.variant_settings(base, "seq64", 1.0)
-    assert curve.recipe_name(preset) == "small-budget" and curve.recipe_name(base) is None
+    assert curve.recipe_name(preset) == "small-budget"
+    assert curve.recipe_name(base) == curve.OWN_RECIPE
+    # the user's own rates are neither: their report is not either curve's
+    assert curve.recipe_name(dataclasses.replace(preset, lr=5e-4)) == "custom"
+    assert curve.recipe_name(dataclasses.replace(base, batch_size=64)) == "custom"
     # the study always masks at batch time; the commands are told to
     assert RECIPES["small-budget"].settings["dynamic_masking"] is True
 

@@ -146,13 +146,21 @@ def recipe_fields(name: str) -> dict[str, Any]:
     return {k: v for k, v in get_recipe(name).settings.items() if k != "dynamic_masking"}
 
 
-def recipe_name(settings: CurveSettings) -> str | None:
-    """The named recipe a curve's settings are (None: the curve's own, or another)."""
+OWN_RECIPE = "curve"  # the curve's own recipe (CurveSettings' defaults), in `recipe_name`
+
+
+def recipe_name(settings: CurveSettings) -> str:
+    """Which recipe a curve's settings are: the curve's own (`OWN_RECIPE`), a named one, or
+    "custom" (its own --lr or --batch-size)."""
+    own = CurveSettings(corpus=settings.corpus)
+    keys = {k for recipe in RECIPES for k in recipe_fields(recipe)}
+    if all(getattr(settings, k) == getattr(own, k) for k in keys):
+        return OWN_RECIPE
     for name in RECIPES:
-        fields = recipe_fields(name)
-        if fields and all(getattr(settings, k) == v for k, v in fields.items()):
+        fields = {**{k: getattr(own, k) for k in keys}, **recipe_fields(name)}
+        if name != "paper" and all(getattr(settings, k) == v for k, v in fields.items()):
             return name
-    return None
+    return "custom"
 
 
 def budget_label(hours: float) -> str:

@@ -34,6 +34,7 @@ from bertkit.studies.ablate import task_files
 from bertkit.studies.curve import (
     BRANCH,
     HOUR,
+    OWN_RECIPE,
     CurveSettings,
     architecture,
     check_points,
@@ -320,8 +321,10 @@ def report_name(settings: CurveSettings) -> tuple[str, str, str]:
     continued pre-training: one page, two tables)."""
     if settings.init is not None:
         return "continued_pretraining", CONTINUED_BEGIN, CONTINUED_END
-    # a curve beside the first: another named recipe, another precision
-    tag = "-".join(filter(None, (recipe_name(settings),
+    # a curve beside the first: another recipe (named, or the user's own rates), another
+    # precision
+    recipe = recipe_name(settings)
+    tag = "-".join(filter(None, (None if recipe == OWN_RECIPE else recipe,
                                  None if settings.precision == "fp32" else settings.precision)))
     if tag:
         return f"pretrain_curve_{tag}", f"<!-- curve-{tag}:begin -->", f"<!-- curve-{tag}:end -->"
