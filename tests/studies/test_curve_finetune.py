@@ -222,6 +222,6 @@ def test_each_curve_reports_to_a_page_of_its_own_against_its_own_baseline():
                                                  "<!-- curve-small-budget-bf16:begin -->",
                                                  "<!-- curve-small-budget-bf16:end -->")
     assert curve_finetune.report_name(dataclasses.replace(fp32, lr=5e-4))[0] == \
-        "pretrain_curve_custom"
+        "pretrain_curve_lr0.0005"
     assert curve_finetune.baseline(cont) == curve_finetune.INIT
     assert curve_finetune.baseline(fp32) == curve_finetune.RANDOM

@@ -32,11 +32,12 @@ def test_small_budget_is_the_variant_the_recipe_study_measured():
     preset = dataclasses.replace(base, budgets_hours=(1.0,),
                                  **curve.recipe_fields("small-budget"))
     assert preset == recipes.variant_settings(base, "seq64", 1.0)
-    assert curve.recipe_name(preset) == "small-budget"
-    assert curve.recipe_name(base) == curve.OWN_RECIPE
-    # the user's own rates are neither: their report is not either curve's
-    assert curve.recipe_name(dataclasses.replace(preset, lr=5e-4)) == "custom"
-    assert curve.recipe_name(dataclasses.replace(base, batch_size=64)) == "custom"
+    assert curve.curve_tag(preset) == "small-budget" and curve.curve_tag(base) == ""
+    # the user's own settings are neither, and two of them are two curves
+    assert curve.curve_tag(dataclasses.replace(base, lr=5e-4)) == "lr0.0005"
+    assert curve.curve_tag(dataclasses.replace(preset, batch_size=64)) == \
+        "max_seq_length64-batch_size64"
+    assert curve.curve_tag(dataclasses.replace(base, model="small")) == "modelsmall"
     # the study always masks at batch time; the commands are told to
     assert RECIPES["small-budget"].settings["dynamic_masking"] is True
 
@@ -75,13 +76,14 @@ def test_prepare_takes_the_recipes_defaults_and_the_options_given_win(text, mini
     assert prepare(text, minilm_path, tmp_path / "paper") == 0
     assert prepare(text, minilm_path, tmp_path / "small", "--recipe", "small-budget") == 0
     assert prepare(text, minilm_path, tmp_path / "mixed", "--recipe", "small-budget",
-                   "--max-seq-length", "96", "--no-dynamic-masking") == 0
+                   "--max-seq-length", "96", "--no-dynamic-masking", "--dupe-factor", "2") == 0
     params = {name: read_meta(tmp_path / name).params for name in ("paper", "small", "mixed")}
     shown = {name: (p["max_seq_length"], p["objective"], p["dynamic_masking"],
                     p["masked_lm_prob"]) for name, p in params.items()}
     assert shown == {"paper": (128, "mlm+nsp", False, 0.15), "small": (64, "mlm", True, 0.15),
                      "mixed": (96, "mlm", False, 0.15)}
     assert params["small"]["dupe_factor"] == 1  # masks drawn at batch time: one copy
+    assert params["mixed"]["dupe_factor"] == 2
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +106,7 @@ def run_settings(out):
     saved = json.loads((out / "pretrain_config.json").read_text())
     train = saved["train"]
     return saved["objective"], train["lr"], train["warmup_ratio"], train["warmup_steps"], \
-        saved["dropout"]
+        saved["dropout"], train["batch_size"]
 
 
 def test_pretrain_takes_the_recipes_defaults_and_the_options_given_win(shards, tmp_path, caplog):
@@ -113,16 +115,16 @@ def test_pretrain_takes_the_recipes_defaults_and_the_options_given_win(shards, t
                         "--recipe", "small-budget") == 0
     assert "measured at T = 64" not in caplog.text
     # --batch-size given (4) wins over the recipe's 128; the rest is the recipe's
-    assert run_settings(tmp_path / "small") == ("mlm", 1e-3, 0.02, 10_000, 0.0)
+    assert run_settings(tmp_path / "small") == ("mlm", 1e-3, 0.02, 10_000, 0.0, 4)
     exported = json.loads((tmp_path / "small" / "model" / "config.json").read_text())
     assert exported["hidden_dropout_prob"] == exported["attention_probs_dropout_prob"] == 0.0
     # a warmup given in steps wins over the recipe's ratio; the paper's run keeps its dropout
     assert pretrain(shards / "t64", tmp_path / "steps", "--model", "tiny", "--recipe",
                     "small-budget", "--warmup-steps", "1", "--lr", "2e-3") == 0
-    assert run_settings(tmp_path / "steps") == ("mlm", 2e-3, None, 1, 0.0)
+    assert run_settings(tmp_path / "steps") == ("mlm", 2e-3, None, 1, 0.0, 4)
     assert pretrain(shards / "t64", tmp_path / "paper", "--model", "tiny",
                     "--objective", "mlm") == 0
-    assert run_settings(tmp_path / "paper") == ("mlm", 1e-4, None, 10_000, None)
+    assert run_settings(tmp_path / "paper") == ("mlm", 1e-4, None, 10_000, None, 4)
     exported = json.loads((tmp_path / "paper" / "model" / "config.json").read_text())
     assert exported["hidden_dropout_prob"] == 0.1
 
@@ -150,3 +152,18 @@ def test_dropout_is_a_presets_only():
         PretrainConfig(data="x", config_file="config.json", dropout=0.0)
     with pytest.raises(BertkitError, match=r"\[0, 1\)"):
         PretrainConfig(data="x", model="tiny", dropout=1.0)
+
+
+def test_a_run_begun_before_dropout_was_a_setting_resumes(shards, tmp_path):
+    """A pretrain_config.json written before `dropout` existed has no such key: its run
+    resumes (the missing key reads as the default, None), where another setting is refused."""
+    out = tmp_path / "run"
+    assert pretrain(shards / "t64", out, "--model", "tiny", "--objective", "mlm",
+                    "--save-every", "2") == 0
+    saved = json.loads((out / "pretrain_config.json").read_text())
+    del saved["dropout"]
+    (out / "pretrain_config.json").write_text(json.dumps(saved))
+    assert pretrain(shards / "t64", out, "--model", "tiny", "--objective", "mlm",
+                    "--save-every", "2", "--resume") == 0
+    assert pretrain(shards / "t64", out, "--model", "tiny", "--objective", "mlm",
+                    "--save-every", "2", "--dropout", "0", "--resume") == 1

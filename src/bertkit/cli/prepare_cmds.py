@@ -62,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "replacement (default: an ordinary token, as in Google's script)")
     p.add_argument("--dynamic-masking", action=argparse.BooleanOptionalAction, default=None,
                    help="store unmasked instances; mask at batch time (DynamicMaskingCollate; "
-                   "default: static masks, as the paper)")
+                   "default: static masks, as the paper, or the --recipe's)")
     p.add_argument("--seed", type=int, default=12345)
     p.add_argument("--shard-size", type=int, default=100_000, help="instances per shard")
     p.add_argument("--chunk-chars", type=int, default=1_000_000,

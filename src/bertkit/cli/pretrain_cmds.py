@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from bertkit.cli.common import add_hardware, add_join_timeout, add_resume, run_together
+from bertkit.config import BertConfig
 from bertkit.data.meta import read_meta
 from bertkit.errors import BertkitError
 from bertkit.inference.pretraining import fill_mask, is_next_probability, load_pretraining_model
@@ -89,7 +90,8 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup-ratio", type=float, help="fraction of --max-steps (overrides steps)")
     p.add_argument("--dropout", type=float, default=None,
                    help="a --model preset's hidden and attention dropout while pre-training, "
-                   "kept in the export (default: 0.1, or the --recipe's)")
+                   f"kept in the export (default: {BertConfig.hidden_dropout_prob:g}, or the "
+                   "--recipe's)")
     p.add_argument("--weight-decay", type=float, default=TRAIN_DEFAULTS.weight_decay)
     p.add_argument("--optimizer", default=TRAIN_DEFAULTS.optimizer, choices=OPTIMIZERS,
                    help="adamw_google: Google's AdamWeightDecayOptimizer (no bias correction)")
@@ -131,7 +133,7 @@ def apply_recipe(args: argparse.Namespace) -> None:
     if args.warmup_steps is not None or args.warmup_ratio is not None:
         recipe.pop("warmup_ratio", None)  # a warmup given in either unit wins
     if args.config_file is not None or args.init is not None:
-        if recipe.pop("dropout", None) is not None:
+        if recipe.pop("dropout", None) is not None and distributed.is_main():
             log.warning("--recipe %s: its dropout is for a --model preset; the %s model keeps "
                         "its own", args.recipe, "--config" if args.config_file else "--init")
     for key, value in {**PAPER, **recipe}.items():

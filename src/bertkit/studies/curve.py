@@ -146,21 +146,22 @@ def recipe_fields(name: str) -> dict[str, Any]:
     return {k: v for k, v in get_recipe(name).settings.items() if k != "dynamic_masking"}
 
 
-OWN_RECIPE = "curve"  # the curve's own recipe (CurveSettings' defaults), in `recipe_name`
+# what can make one curve another (its precision aside): the recipe's settings and the shape
+TAG_KEYS = ("max_seq_length", "objective", "masked_lm_prob", "lr", "warmup_ratio", "batch_size",
+            "dropout", "model", "vocab_size")
 
 
-def recipe_name(settings: CurveSettings) -> str:
-    """Which recipe a curve's settings are: the curve's own (`OWN_RECIPE`), a named one, or
-    "custom" (its own --lr or --batch-size)."""
+def curve_tag(settings: CurveSettings) -> str:
+    """A curve's name beside the curve's own ("": the curve's own recipe): the named recipe it
+    is ("small-budget"), else each setting that differs from the curve's own, as key and value
+    ("lr0.0005-batch_size64"), so that two curves never share a report."""
     own = CurveSettings(corpus=settings.corpus)
-    keys = {k for recipe in RECIPES for k in recipe_fields(recipe)}
-    if all(getattr(settings, k) == getattr(own, k) for k in keys):
-        return OWN_RECIPE
     for name in RECIPES:
-        fields = {**{k: getattr(own, k) for k in keys}, **recipe_fields(name)}
-        if name != "paper" and all(getattr(settings, k) == v for k, v in fields.items()):
+        named = dataclasses.replace(own, **recipe_fields(name))
+        if name != "paper" and all(getattr(settings, k) == getattr(named, k) for k in TAG_KEYS):
             return name
-    return "custom"
+    return "-".join(f"{k}{getattr(settings, k)}" for k in TAG_KEYS
+                    if getattr(settings, k) != getattr(own, k))
 
 
 def budget_label(hours: float) -> str:

@@ -34,12 +34,11 @@ from bertkit.studies.ablate import task_files
 from bertkit.studies.curve import (
     BRANCH,
     HOUR,
-    OWN_RECIPE,
     CurveSettings,
     architecture,
     check_points,
+    curve_tag,
     point_labels,
-    recipe_name,
 )
 from bertkit.studies.demo_config import FILL_MASK
 from bertkit.studies.demo_finetune import select_lr
@@ -321,10 +320,9 @@ def report_name(settings: CurveSettings) -> tuple[str, str, str]:
     continued pre-training: one page, two tables)."""
     if settings.init is not None:
         return "continued_pretraining", CONTINUED_BEGIN, CONTINUED_END
-    # a curve beside the first: another recipe (named, or the user's own rates), another
-    # precision
-    recipe = recipe_name(settings)
-    tag = "-".join(filter(None, (None if recipe == OWN_RECIPE else recipe,
+    # a curve beside the first: another recipe (a named one, or the user's own settings),
+    # another precision
+    tag = "-".join(filter(None, (curve_tag(settings),
                                  None if settings.precision == "fp32" else settings.precision)))
     if tag:
         return f"pretrain_curve_{tag}", f"<!-- curve-{tag}:begin -->", f"<!-- curve-{tag}:end -->"

@@ -170,7 +170,9 @@ def check_objective(dataset: ShardDataset, objective: str) -> None:
     allowed = _SHARDS_FOR[objective]
     if allowed is not None and made_for not in allowed:
         raise BertkitError(f"{dataset.path}: prepared for objective {made_for!r}, which cannot "
-                           f"train {objective!r} (re-run `bertkit prepare --objective {objective}`)")
+                           f"train {objective!r}: pre-train it with --objective {made_for} (or "
+                           "the --recipe it was prepared with), or re-run `bertkit prepare "
+                           f"--objective {objective}`")
 
 
 def model_config(cfg: PretrainConfig, vocab_size: int, seq_len: int) -> BertConfig:
