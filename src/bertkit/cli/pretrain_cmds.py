@@ -70,28 +70,10 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
     which.add_argument("--init", help="continue from a checkpoint directory (HF layout)")
     p.add_argument("--tokenizer", help="tokenizer dir (vocab check, dynamic masking, export); "
                    "default: the --init dir when it has vocab.txt")
-    p.add_argument("--recipe", choices=tuple(RECIPES), default="paper",
-                   help="the defaults of --objective, --batch-size, --lr, the warmup and a "
-                   "--model preset's --dropout (the options given win); the shards from "
-                   f"`bertkit prepare` with the same --recipe. {recipe_help()}")
-    p.add_argument("--objective", default=None, choices=OBJECTIVES,
-                   help=f"(default: {PAPER['objective']}, or the --recipe's)")
+    _recipe_options(p)
     p.add_argument("--max-steps", type=int, default=TRAIN_DEFAULTS.max_steps)
-    p.add_argument("--batch-size", type=int, default=None,
-                   help=f"global examples per step (default: {PAPER['batch_size']}, or the "
-                   "--recipe's)")
     p.add_argument("--micro-batch-size", type=int, help="per forward per process "
                    "(gradient accumulation = batch / (micro x processes))")
-    p.add_argument("--lr", type=float, default=None,
-                   help=f"(default: {PAPER['lr']:g}, or the --recipe's)")
-    p.add_argument("--warmup-steps", type=int, default=None,
-                   help=f"(default: {TRAIN_DEFAULTS.warmup_steps}, or the --recipe's ratio) "
-                   "capped at 10%% of --max-steps when it is not shorter than the run")
-    p.add_argument("--warmup-ratio", type=float, help="fraction of --max-steps (overrides steps)")
-    p.add_argument("--dropout", type=float, default=None,
-                   help="a --model preset's hidden and attention dropout while pre-training, "
-                   f"kept in the export (default: {BertConfig.hidden_dropout_prob:g}, or the "
-                   "--recipe's)")
     p.add_argument("--weight-decay", type=float, default=TRAIN_DEFAULTS.weight_decay)
     p.add_argument("--optimizer", default=TRAIN_DEFAULTS.optimizer, choices=OPTIMIZERS,
                    help="adamw_google: Google's AdamWeightDecayOptimizer (no bias correction)")
@@ -118,6 +100,29 @@ def _register_pretrain(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--phase2-data", help="phase-2 shards (the paper: length 512)")
     p.add_argument("--phase2-steps", type=int, default=0)
     p.set_defaults(func=run_pretrain)
+
+
+def _recipe_options(p: argparse.ArgumentParser) -> None:
+    """--recipe and the options it fills when they are not given (`apply_recipe`)."""
+    p.add_argument("--recipe", choices=tuple(RECIPES), default="paper",
+                   help="the defaults of --objective, --batch-size, --lr, the warmup and a "
+                   "--model preset's --dropout (the options given win); the shards from "
+                   f"`bertkit prepare` with the same --recipe. {recipe_help()}")
+    p.add_argument("--objective", default=None, choices=OBJECTIVES,
+                   help=f"(default: {PAPER['objective']}, or the --recipe's)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"global examples per step (default: {PAPER['batch_size']}, or the "
+                   "--recipe's)")
+    p.add_argument("--lr", type=float, default=None,
+                   help=f"(default: {PAPER['lr']:g}, or the --recipe's)")
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help=f"(default: {TRAIN_DEFAULTS.warmup_steps}, or the --recipe's ratio) "
+                   "capped at 10%% of --max-steps when it is not shorter than the run")
+    p.add_argument("--warmup-ratio", type=float, help="fraction of --max-steps (overrides steps)")
+    p.add_argument("--dropout", type=float, default=None,
+                   help="a --model preset's hidden and attention dropout while pre-training, "
+                   f"kept in the export (default: {BertConfig.hidden_dropout_prob:g}, or the "
+                   "--recipe's)")
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
