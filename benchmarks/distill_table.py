@@ -36,9 +36,12 @@ def record(results: dict) -> dict:
     speed = results.get("speed") or {}
     hidden = results.get("hidden_weight") or 0.0  # (results written before the option: none)
     student = results["student"] + (f" +hidden {hidden:g}" if hidden else "")
-    return {"key": f"{results['task']}/{student}/{results['seed']}",
+    # (results written before the field: fp32, the study's only precision then)
+    precision = results.get("precision") or "fp32"
+    return {"key": f"{results['task']}/{student}/{results['seed']}"
+                   + (f"/{precision}" if precision != "fp32" else ""),
             "task": results["task"], "student": student, "seed": results["seed"],
-            "hidden_weight": hidden,
+            "hidden_weight": hidden, "precision": precision,
             "metric": results["metric"], "teacher_dev": results["teacher_dev"],
             "student_dev": results["student_dev"], "baseline_dev": results["baseline_dev"],
             "student_layers": results["student_layers"],
@@ -64,6 +67,21 @@ def collect(work: Path, log: RunLog) -> int:
             known.add(rec["key"])
             new += 1
     return new
+
+
+def groups(records: list[dict]) -> list[tuple[str, list[dict]]]:
+    """The records by task and training precision, in the table's order, each with its label:
+    the task (fp32, the study's default) or `task, bf16`. A teacher and its students are one
+    precision's, so the two precisions of a task are two groups, never one row's seeds."""
+    out = []
+    for task in TASKS:
+        runs = [r for r in records if r["task"] == task]
+        precisions = sorted({r.get("precision") or "fp32" for r in runs},
+                            key=lambda p: (p != "fp32", p))
+        for precision in precisions:
+            label = task if precision == "fp32" else f"{task}, {precision}"
+            out.append((label, [r for r in runs if (r.get("precision") or "fp32") == precision]))
+    return out
 
 
 def _cell(values: list[float]) -> str:
@@ -101,11 +119,8 @@ def table(records: list[dict]) -> list[str]:
     lines = ["| task (metric) | student | layers | parameters | with the teacher | of teacher "
              "| without the teacher | of teacher | with − without (± SE) | CPU speed-up |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for task in TASKS:
-        runs = [r for r in records if r["task"] == task]
-        if not runs:
-            continue
-        teacher = 100 * runs[0]["teacher_dev"]  # one teacher a task (seed 0)
+    for task, runs in groups(records):
+        teacher = 100 * runs[0]["teacher_dev"]  # one teacher a group (seed 0)
         lines.append(f"| {task} ({runs[0]['metric']}) | teacher: MiniLM-L6 fine-tuned | 6 | "
                      f"{runs[0]['teacher_parameters'] / 1e6:.1f}M | **{teacher:.1f}** | 1 | – "
                      f"| – | – | 1 |")
@@ -125,8 +140,8 @@ def table(records: list[dict]) -> list[str]:
     if records:
         dates = sorted(r["date"] for r in records)
         machines: dict[str, list[str]] = {}  # machine -> its tasks, in the table's order
-        for task in TASKS:
-            for name in dict.fromkeys(machine_name(r) for r in records if r["task"] == task):
+        for task, runs in groups(records):
+            for name in dict.fromkeys(machine_name(r) for r in runs):
                 machines.setdefault(name, []).append(task)
         said = ("; ".join(f"{name} ({', '.join(tasks)})" for name, tasks in machines.items())
                 if len(machines) > 1 else next(iter(machines)))
@@ -140,15 +155,14 @@ def plot(records: list[dict], png: Path) -> Path | None:
     teacher's (± its std over seeds) at its CPU speed-up, with the teacher (filled) and without
     (hollow), the teacher at (1, 1): what a user trades, at a glance."""
     plt = pyplot()
-    tasks = [t for t in TASKS if any(r["task"] == t and r["teacher_dev"] for r in records)]
-    if plt is None or not tasks:
+    panels = [(task, runs) for task, runs in groups(records) if runs[0]["teacher_dev"]]
+    if plt is None or not panels:
         return None
     # one colour a student across the panels (a task may lack some students)
     students = sorted({r["student"] for r in records}, key=lambda s: (s not in STUDENTS, s))
     colors = {student: f"C{i % 10}" for i, student in enumerate(students)}
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.8), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
-        runs = [r for r in records if r["task"] == task]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    for ax, (task, runs) in zip(axes[0], panels):
         teacher = runs[0]["teacher_dev"]
         ax.plot([1], [1], "k*", markersize=11, label="teacher")
         for student in students:

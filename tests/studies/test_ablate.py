@@ -96,6 +96,9 @@ def test_results_store_resumes_and_refuses_other_settings(tmp_path):
     assert ResultsStore(path, later, added_later={"dropout": None}).has("mlm/sst2/0")
     with pytest.raises(BertkitError, match="other settings.*dropout"):
         ResultsStore(path, {**later, "dropout": 0.1}, added_later={"dropout": None})
+    # a setting the file has and the study no longer makes is named too, not "()"
+    with pytest.raises(BertkitError, match=r"other settings \(corpus\)"):
+        ResultsStore(path, {"budget": 1.0})
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp files left
 
 

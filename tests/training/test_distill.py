@@ -271,6 +271,7 @@ def test_the_student_loads_in_transformers_with_the_same_logits(tmp_path):
     results = run_distill(config(out, teacher, data, student="tiny", speed_texts=8,
                                  speed_repeats=1))
     assert results["student_layers"] == 2 and results["speed"]["texts"] == 8
+    assert results["precision"] == "fp32"  # the resolved precision it trained at
     speed = results["speed"]  # the speed-up is the two rates' ratio, wall clock and CPU
     assert speed["speedup"] == pytest.approx(
         speed["student_texts_per_s"] / speed["teacher_texts_per_s"], rel=0.02, abs=0.01)

@@ -34,7 +34,10 @@ class ResultsStore:
         if self.path.is_file():
             data = self._read()
             if data.get("settings") != settings:
-                changed = sorted(k for k in settings if data.get("settings", {}).get(k) != settings[k])
+                stored = data.get("settings", {})
+                # (a key only one side has counts too: the message never names nothing)
+                changed = sorted(k for k in {*settings, *stored}
+                                 if stored.get(k, "<none>") != settings.get(k, "<none>"))
                 raise BertkitError(f"{self.path}: made with other settings ({', '.join(changed)}); "
                                    "other settings need a folder of their own (--output, --work)")
             self.data = data

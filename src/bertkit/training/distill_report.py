@@ -12,6 +12,7 @@ from torch import nn
 
 from bertkit.tasks import Task
 from bertkit.tasks.base import run_model
+from bertkit.training.hardware import resolve_device, resolve_precision
 
 if TYPE_CHECKING:  # the run's types; distill.py imports this module
     from bertkit.training.distill import DistillConfig, Transfer
@@ -84,6 +85,9 @@ def summarize(task: Task, cfg: DistillConfig, data: Transfer, teacher: nn.Module
         "transfer": {"labelled": data.labelled, "unlabelled": data.unlabelled},
         **({"data_note": data.note} if data.note else {}),
         "temperature": cfg.temperature, "alpha": cfg.alpha, "hidden_weight": cfg.hidden_weight,
+        # the student's training and the teacher's cached outputs ran at it (the timing: fp32)
+        "precision": resolve_precision(cfg.finetune.train.precision,
+                                       resolve_device(cfg.finetune.train.device)),
         "lr": cfg.finetune.train.lr, "epochs": cfg.finetune.epochs,
         "seed": cfg.finetune.train.seed, "steps": student_record.get("steps"),
         "final_loss": student_record.get("final_loss"),
