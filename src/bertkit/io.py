@@ -109,7 +109,7 @@ def read_text_lines(path: str | os.PathLike) -> list[tuple[int, str]]:
 # not a setting either: a run folder copied or moved elsewhere (another disk, a cluster's scratch
 # space) continues where it stopped.
 IGNORED_ON_RESUME = ("output_dir", "resume", "progress", "overwrite", "log_every", "tensorboard",
-                     "keep", "save_every", "stop_at_cpu_seconds")
+                     "keep", "save_every", "stop_at_cpu_seconds", "stop_at_step")
 
 
 def read_json_object(path: str | os.PathLike) -> dict[str, Any]:

@@ -33,6 +33,8 @@ from bertkit.cli.main import main
     (["--task-text", "conll2003"], "invalid choice: 'conll2003'"),
     (["--recipe", "paper"], "invalid choice: 'paper'"),  # (the curve's own is not the paper's)
     (["--recipe", "small-budget", "--init", "model"], "keeps the model's shape"),
+    (["--reproduce", "r.json", "--finetune"], "--reproduce begins a pretrain-curve's"),
+    (["--reproduce", "r.json", "--status"], "--reproduce begins a pretrain-curve's"),
 ])
 def test_options_that_need_another_are_refused(shared_data, tmp_path, capsys, args, says):
     work = tmp_path / "work"

@@ -10,6 +10,7 @@ import math
 import multiprocessing
 
 import pytest
+import torch
 
 from bertkit.errors import BertkitError
 from bertkit.studies import curve, curve_finetune
@@ -75,6 +76,64 @@ def test_a_budget_passed_without_its_record_is_refused(settings, tmp_path):
     del study["pretrain"]["0.0006h"], study["pretrain"]["0.0012h"]
     (work / "study.json").write_text(json.dumps(study))
     with pytest.raises(BertkitError, match="already past the 0.0006h budget"):
+        curve.pretrain_points(curve.open_store(work, settings), settings, work)
+
+
+def test_a_reproduction_takes_each_point_at_its_recorded_step(settings, tmp_path):
+    """`--reproduce`: a new work folder begun from a curve's report JSON takes its horizon and
+    stops at each point's recorded step, whatever its own CPU seconds say (here 50 and 100,
+    where the clock alone gives 80 and 143), across sittings; the point at the original's
+    own steps is the original's model, bit for bit; a report written before plans were
+    (status lines only) gives the same plan; other settings and a run past a step are
+    refused."""
+    from safetensors.torch import load_file
+
+    first = tmp_path / "first"
+    curve.prepare_data(settings, first)
+    store = curve.open_store(first, settings)
+    curve.pretrain_points(store, settings, first)
+    plan = curve.curve_plan(store)
+    assert plan["point_steps"] == {"0.0006h": 80, "0.0012h": 143} and plan["steps"] == 143
+    report = {"settings": dataclasses.asdict(settings), "plan": plan,
+              "status": curve.status_lines(store)}
+    old_style = {k: v for k, v in report.items() if k != "plan"}
+    assert curve.report_plan(old_style, "r.json") == curve.report_plan(report, "r.json")
+
+    same = tmp_path / "same"
+    curve.prepare_data(settings, same)
+    again = curve.open_store(same, settings)
+    curve.adopt_plan(again, settings, json.loads(json.dumps(report, default=str)), "r.json")
+    curve.pretrain_points(again, settings, same)
+    for label in ("0.0006h", "0.0012h"):
+        ours, theirs = (load_file(w / "points" / label / "model.safetensors")
+                        for w in (same, first))
+        assert again.pretrain_info(label)["step"] == store.pretrain_info(label)["step"]
+        assert all(torch.equal(ours[k], theirs[k]) for k in theirs), label
+    assert "reproducing r.json's points" in curve.status_lines(again)[0]
+
+    moved = {**report, "plan": {**plan, "point_steps": {"0.0006h": 50, "0.0012h": 100}}}
+    work = tmp_path / "moved"
+    curve.prepare_data(settings, work)
+    other = curve.open_store(work, settings)
+    curve.adopt_plan(other, settings, moved, "m.json")
+    curve.adopt_plan(other, settings, moved, "m.json")  # the same plan again: continues
+    curve.pretrain_points(other, settings, work, hours_left=1e-7)  # a sitting's sliver
+    assert other.pretrain_info("0.0006h") is None
+    curve.pretrain_points(other, settings, work)
+    assert [other.pretrain_info(x)["step"] for x in ("0.0006h", "0.0012h")] == [50, 100]
+    assert other.pretrain_info("horizon")["steps"] == 143  # the same schedule
+    with pytest.raises(BertkitError, match="a horizon of its own"):
+        curve.adopt_plan(other, settings, report, "r.json")
+    with pytest.raises(BertkitError, match=r"other settings \(lr\)"):
+        curve.adopt_plan(curve.open_store(tmp_path / "lr", dataclasses.replace(settings, lr=5e-4)),
+                         dataclasses.replace(settings, lr=5e-4), report, "r.json")
+    with pytest.raises(BertkitError, match="no horizon and budget points"):
+        curve.report_plan({"status": []}, "empty.json")
+    study = json.loads((work / "study.json").read_text())
+    del study["pretrain"]["0.0012h"]
+    study["pretrain"]["horizon"]["point_steps"]["0.0012h"] = 90  # behind the run's 100
+    (work / "study.json").write_text(json.dumps(study))
+    with pytest.raises(BertkitError, match="past 0.0012h's recorded step 90"):
         curve.pretrain_points(curve.open_store(work, settings), settings, work)
 
 
@@ -185,3 +244,16 @@ def test_a_bf16_curve_is_a_second_curve(tmp_path):
         curve.open_store(tmp_path, bf16)
     with pytest.raises(BertkitError, match="precision"):  # "auto" would differ by machine
         curve.CurveSettings(corpus=("x",), precision="auto")
+
+
+def test_the_documented_bf16_curve_has_a_plan_to_reproduce():
+    """docs/pretrain_curve_bf16.json predates plans: its status lines give the horizon and
+    the budget points' steps (the decay branches follow from them)."""
+    from pathlib import Path
+
+    report = json.loads((Path(__file__).parents[2] / "docs" / "pretrain_curve_bf16.json")
+                        .read_text(encoding="utf-8"))
+    plan = curve.report_plan(report, "pretrain_curve_bf16.json")
+    assert plan["steps"] == 27740
+    assert plan["point_steps"] == {"0.25h": 520, "0.5h": 1000, "1h": 1980, "2h": 3780,
+                                   "4h": 6740}

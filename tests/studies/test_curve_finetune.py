@@ -128,7 +128,10 @@ def test_report_rewrites_only_the_block_between_the_markers(tmp_path):
              "fill_mask": ["the", ","],
              "scores": [80.0, 82.0], "random": [75.0, 77.0], "gain": 5.0, "gain_se": 1.4}]
     ft = curve_finetune.FinetuneSettings()
-    curve_finetune.write_report(tmp_path, rows, ft, ["1h: step 7"])
+    curve_finetune.write_report(tmp_path, rows, ft, ["1h: step 7"],
+                                plan={"steps": 9, "point_steps": {"1h": 7}})
+    # the plan beside the records: what --reproduce reads
+    assert json.loads((tmp_path / "pretrain_curve.json").read_text())["plan"]["steps"] == 9
     text = page.read_text()
     assert "old table" not in text and text.startswith("# Title\n\nprose before\n\n")
     assert text.endswith(f"{curve_finetune.CURVE_END}\n\nprose after\n")

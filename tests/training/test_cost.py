@@ -43,3 +43,21 @@ def test_cpu_budget_stops_and_the_resumed_run_equals_the_uninterrupted_one(tmp_p
 def test_cpu_budget_must_be_positive(tmp_path):
     with pytest.raises(BertkitError, match="stop_at_cpu_seconds"):
         config(tmp_path, stop_at_cpu_seconds=0)
+
+
+def test_a_stop_step_stops_there_even_off_the_log_grid_and_the_run_resumes_exactly(tmp_path):
+    """`stop_at_step` (a curve reproducing recorded points): the run stops and saves at that
+    step, though no log or save falls there; resumed at it, it trains nothing more; resumed
+    without it, it goes on to the uninterrupted run's losses."""
+    full = train(make_model(), make_data(), collate, config(tmp_path / "full"))
+    out = tmp_path / "stopped"
+    first = train(make_model(), make_data(), collate,
+                  config(out, log_every=4, save_every=0, stop_at_step=3))
+    assert first.step == 3 and [s for s, _ in list_checkpoints(out)] == [3]
+    again = train(make_model(), make_data(), collate,
+                  config(out, save_every=0, stop_at_step=3, resume=True))
+    assert again.step == 3 and again.losses == []
+    rest = train(make_model(), make_data(), collate, config(out, resume=True))
+    assert rest.step == 8 and rest.losses == full.losses[3:]  # exact: the schedule ran on
+    with pytest.raises(BertkitError, match="stop_at_step"):
+        config(tmp_path, stop_at_step=0)

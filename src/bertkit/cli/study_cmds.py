@@ -12,6 +12,7 @@ import torch
 from bertkit.cli.common import data_root
 from bertkit.config import PRESETS
 from bertkit.errors import BertkitError
+from bertkit.io import read_json_object
 from bertkit.studies import cooldown, curve, curve_finetune, recipes
 from bertkit.studies.report import check_report_target
 from bertkit.tasks.glue import GLUE_TASKS
@@ -53,6 +54,12 @@ def _sitting_options(p: argparse._ArgumentGroup) -> None:
                    "$BERTKIT_DATA, else ../shared/data)")
     p.add_argument("--hours", type=float, default=float("inf"),
                    help="CPU-hours of pre-training this sitting may spend (default: to the end)")
+    p.add_argument("--reproduce", type=Path, default=None, metavar="REPORT",
+                   help="pretrain-curve: begin --work as a reproduction of the curve whose "
+                   "records REPORT holds (the JSON --report writes, e.g. "
+                   "docs/pretrain_curve_bf16.json): its horizon, and each budget point taken at "
+                   "the step it was recorded at rather than at this machine's CPU seconds; the "
+                   "options must make its settings. Same CPU class and threads: the same models")
     p.add_argument("--status", action="store_true", help="print the status and stop")
     p.add_argument("--report", type=Path, default=None, metavar="DIR",
                    help="write DIR/pretrain_curve.md (the table) and DIR/pretrain_curve.png "
@@ -168,6 +175,11 @@ def check_options(args: argparse.Namespace) -> None:
                               "(a decay branch is 20% of its point's steps)"))
     if args.report is not None and args.report.exists() and not args.report.is_dir():
         raise BertkitError(f"--report {args.report}: a file, not a folder")
+    if args.reproduce is not None and (args.name != "pretrain-curve" or reads_only
+                                       or args.finetune or args.cooldown):
+        raise BertkitError("--reproduce begins a pretrain-curve's pre-training sitting: drop "
+                           "--status, --report, --finetune and --cooldown (they read or use "
+                           "the points it records)")
     if args.points and reads_only:
         raise BertkitError("--status and --report show every recorded point: drop --points")
 
@@ -205,6 +217,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     with curve.sitting(work, "pretrain"):
         store = curve.open_store(work, settings)
+        if args.reproduce is not None:
+            curve.adopt_plan(store, settings, read_json_object(args.reproduce),
+                             str(args.reproduce))
         store.begin()  # before the vocabulary and shards it guards are made
         for line in curve.status_lines(store):
             log.info("%s", line)
@@ -274,7 +289,7 @@ def report_curve(args: argparse.Namespace, settings: curve.CurveSettings,
         curve_finetune.plot_curve(rows, png)
         page = curve_finetune.write_report(args.report, rows, ft, curve.status_lines(store),
                                            name, curve_finetune.task_rows(store, settings, work),
-                                           settings)
+                                           settings, curve.curve_plan(store))
         print(f"wrote {page} and {png}")
     return 0
 

@@ -25,8 +25,10 @@ sittings of one part from writing one folder.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
+import re
 import shutil
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -283,7 +285,7 @@ def architecture(settings: CurveSettings, vocab_size: int) -> BertConfig:
 def run_config(settings: CurveSettings, work: Path, run: Path, max_steps: int,
                stop_at: float | None = None, log_every: int = 20,
                save_every: int = 200, decay_from: tuple[int, float] | None = None,
-               phase2_steps: int = 0) -> PretrainConfig:
+               phase2_steps: int = 0, stop_at_step: int | None = None) -> PretrainConfig:
     """The curve's recipe as one pre-training run into `run` (continued when it holds a
     checkpoint, started when it holds none: `--resume auto`), with its second phase when
     `phase2_steps` are given."""
@@ -291,7 +293,8 @@ def run_config(settings: CurveSettings, work: Path, run: Path, max_steps: int,
         str(run), max_steps=max_steps, batch_size=settings.batch_size, lr=settings.lr,
         warmup_ratio=settings.warmup_ratio, seed=settings.seed, precision=settings.precision,
         log_every=log_every, save_every=save_every, keep=1, eval_every=0, progress=False,
-        resume=RESUME_AUTO, stop_at_cpu_seconds=stop_at, decay_from=decay_from)
+        resume=RESUME_AUTO, stop_at_cpu_seconds=stop_at, stop_at_step=stop_at_step,
+        decay_from=decay_from)
     shape = ({"init": settings.init} if settings.init is not None else
              {"config_file": str(pipeline.architecture_file(run))})
     phase2 = ({"phase2_data": str(work / PHASE2_SHARDS), "phase2_steps": phase2_steps}
@@ -354,6 +357,8 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
     phase2_steps = planned_phase2_steps(store, settings)
     if settings.init is None:  # (with --init the run takes the model's own config)
         arch.save(pipeline.architecture_file(work / "run"))
+    # a reproduction (`adopt_plan`) takes each point at the step another run recorded it
+    at_steps = store.pretrain_info("horizon").get("point_steps", {})
     spent = 0.0
     for hours in settings.budgets_hours:
         label = budget_label(hours)
@@ -363,25 +368,30 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
             log.info("this sitting's %.2f CPU-hours are used; the next one continues", hours_left)
             return spent
         before = run_cpu_seconds(work / "run")
-        if not fixed_steps and run_ended_at_a_point(store, settings, work, steps):
+        at_step = at_steps.get(label)
+        if at_step is not None:
+            check_not_past(work / "run", label, at_step)
+        elif not fixed_steps and run_ended_at_a_point(store, settings, work, steps):
             # (the probe over-measured the step: the run reached its horizon below this budget)
             log.warning("%s: the run ended at step %d with %.0f CPU-s, below this budget's %.0f "
                         "(its steps cost less than the probe measured); its end is recorded as "
                         "an earlier point, so %s gets none", label, steps, before, hours * HOUR,
                         label)
             continue
-        if not fixed_steps and before >= hours * HOUR:
+        if at_step is None and not fixed_steps and before >= hours * HOUR:
             raise BertkitError(
                 f"{work / 'run'}: already past the {label} budget ({before:.0f} of "
                 f"{hours * HOUR:.0f} CPU-s) with no record of {label} in {store.path.name}: a "
                 "sitting stopped between exporting the point and recording it, or the record "
                 "was lost. The point cannot be taken at its budget any more; continue the curve "
                 "in a new --work folder, or remove that budget from the study")
-        stop_at = min(math.inf if fixed_steps else hours * HOUR,
+        stop_at = min(math.inf if fixed_steps or at_step is not None else hours * HOUR,
                       before + (hours_left * HOUR - spent))
         stop_at = None if math.isinf(stop_at) else stop_at
-        cfg = run_config(settings, work, work / "run", steps, stop_at, phase2_steps=phase2_steps)
+        cfg = run_config(settings, work, work / "run", steps, stop_at, phase2_steps=phase2_steps,
+                         stop_at_step=at_step)
         log.info("pre-training to %s (%s; the run has %.0f CPU-s)", label,
+                 f"step {at_step}, as recorded" if at_step is not None else
                  f"{steps} steps" + (f" + {phase2_steps} at T = {settings.phase2_seq_length}"
                                      if phase2_steps else "")
                  if fixed_steps else f"{stop_at:.0f} CPU-s", before)
@@ -390,7 +400,9 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
         last_phase, last_step = ((work / "run" / "phase2", phase2_steps) if phase2_steps
                                  else (work / "run", steps))
         ended = result.output_dir == last_phase and result.step >= last_step
-        if not ended and (fixed_steps or result.cpu_seconds < hours * HOUR):
+        short = (result.step < at_step if at_step is not None else
+                 not ended and (fixed_steps or result.cpu_seconds < hours * HOUR))
+        if short:
             continue  # stopped for the sitting's limit: the next check returns
         if result.checkpoint is not None and not phase2_steps:  # (a decay branch starts here)
             keep_state(work, label, result.checkpoint)
@@ -400,6 +412,66 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
             result = dataclasses.replace(result, step=steps + result.step)
         record_point(store, work, label, work / "run", result, **extra)
     return spent
+
+
+def check_not_past(run: Path, label: str, at_step: int) -> None:
+    """A reproduced point's step is still ahead of the run (or is where it stands)."""
+    now = max((s for s, _ in list_checkpoints(run)), default=0)
+    if now > at_step:
+        raise BertkitError(f"{run}: at step {now}, past {label}'s recorded step {at_step}, with "
+                           f"no record of {label}: reproduce the curve in a new --work")
+
+
+def curve_plan(store: ResultsStore) -> dict[str, Any]:
+    """What reproducing this curve takes, for its report: the horizon (the schedule's steps)
+    and the step of each budget point recorded (a decay branch follows from its point)."""
+    horizon = {k: v for k, v in (store.pretrain_info("horizon") or {}).items()
+               if k not in ("point_steps", "reproduces")}
+    steps = {label: info["step"] for label, info in store.data["pretrain"].items()
+             if label != "horizon" and not label.endswith(BRANCH)}
+    return {**horizon, "point_steps": steps}
+
+
+def report_plan(report: dict[str, Any], source: str) -> dict[str, Any]:
+    """A report's plan (`curve_plan`), or, in a report written before plans were (2026-11-29),
+    the same read off its status lines."""
+    plan = report.get("plan")
+    if plan is None:
+        plan, steps = {}, {}
+        for line in report.get("status", []):
+            if m := re.match(r"horizon: (\d+) steps at ([\d.]+) CPU-s a step", line):
+                plan = {"steps": int(m[1]), "cpu_seconds_per_step": float(m[2])}
+            elif m := re.match(r"([\d.]+h): step (\d+),", line):
+                steps[m[1]] = int(m[2])
+        plan["point_steps"] = steps
+    if not plan.get("steps") or not plan.get("point_steps"):
+        raise BertkitError(f"{source}: no horizon and budget points to reproduce (a curve's "
+                           "JSON, written by --report)")
+    return plan
+
+
+def adopt_plan(store: ResultsStore, settings: CurveSettings, report: dict[str, Any],
+               source: str) -> None:
+    """Begin `store` as a reproduction of the curve `report` records (its JSON beside the
+    table): the same settings, its horizon (so the same lr schedule) and each budget point at
+    the step it was recorded at, not at this machine's CPU seconds; on the same CPU class and
+    thread count the points come out as the recorded models (the steps are deterministic).
+    A store that already holds this plan continues; another plan is refused."""
+    plan = {**report_plan(report, source), "reproduces": Path(source).name}
+    if "settings" in report:
+        theirs, mine = (json.loads(json.dumps(d, default=str)) for d in
+                        ({**ADDED_LATER, **report["settings"]}, dataclasses.asdict(settings)))
+        differ = sorted(k for k in {*theirs, *mine}
+                        if theirs.get(k, "<none>") != mine.get(k, "<none>"))
+        if differ:
+            raise BertkitError(f"{source}: recorded with other settings ({', '.join(differ)}) "
+                               "than these options make; give the options it was run with")
+    have = store.pretrain_info("horizon")
+    if have is None:
+        store.put_pretrain("horizon", plan)
+    elif (have.get("steps"), have.get("point_steps")) != (plan["steps"], plan["point_steps"]):
+        raise BertkitError(f"{store.path}: this study has a horizon of its own ({have['steps']} "
+                           f"steps); reproduce {source} in a new --work")
 
 
 def planned_phase2_steps(store: ResultsStore, settings: CurveSettings) -> int:
@@ -460,7 +532,8 @@ def status_lines(store: ResultsStore) -> list[str]:
     horizon = store.pretrain_info("horizon")
     if horizon:
         lines.append(f"horizon: {horizon['steps']} steps at {horizon['cpu_seconds_per_step']} "
-                     "CPU-s a step")
+                     "CPU-s a step" + (f"; reproducing {horizon['reproduces']}'s points at their "
+                                       "recorded steps" if "reproduces" in horizon else ""))
     for label, info in store.data["pretrain"].items():
         if label == "horizon":
             continue

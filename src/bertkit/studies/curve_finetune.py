@@ -333,7 +333,8 @@ def write_report(folder: Path, rows: Sequence[dict[str, Any]], ft: FinetuneSetti
                  status: Sequence[str],
                  name: tuple[str, str, str] = ("pretrain_curve", CURVE_BEGIN, CURVE_END),
                  tasks: Sequence[dict[str, Any]] = (),
-                 settings: CurveSettings | None = None) -> Path:
+                 settings: CurveSettings | None = None,
+                 plan: dict[str, Any] | None = None) -> Path:
     """The table (and the whole-task rows, `task_rows`, if any) and the run's status into
     `folder/pretraining.md` between the markers of `name` (`report_name`; the page's prose
     around them is kept), or into `folder/STEM.md` when there is no such page."""
@@ -345,7 +346,9 @@ def write_report(folder: Path, rows: Sequence[dict[str, Any]], ft: FinetuneSetti
                       "", *(f"- {line}" for line in status)])
     # the records behind the table, beside it: a later sitting on a machine that lost the work
     # folder still has them (and the settings they were made with)
+    # (and its plan, `curve.curve_plan`: what `--reproduce` takes to make the same points)
     recipe = {"settings": dataclasses.asdict(settings)} if settings else {}
+    recipe.update({"plan": plan} if plan else {})
     atomic_write_text(folder / f"{stem}.json", json.dumps(
         {**recipe, "rows": list(rows), "tasks": list(tasks), "status": list(status)}, indent=1,
         default=str) + "\n")

@@ -49,6 +49,9 @@ class TrainConfig:
     # summed over its sittings, reach this; the lr schedule still runs to max_steps, so a
     # resumed run continues it. For budgets on shared machines, where wall time means little.
     stop_at_cpu_seconds: float | None = None
+    # Stop the same way at this optimizer step (the schedule still runs to max_steps): a point
+    # taken at a recorded step, as a study reproducing another machine's curve does.
+    stop_at_step: int | None = None
     # A decay branch (optim.lr_at): from step S the rate falls linearly from R to 0 at
     # max_steps. Set on a run resumed from another's state at step S to anneal it fully.
     decay_from: tuple[int, float] | None = None
@@ -82,6 +85,8 @@ class TrainConfig:
                                    f"got {getattr(self, name)}")
         if self.stop_at_cpu_seconds is not None and not self.stop_at_cpu_seconds > 0:
             raise BertkitError(f"stop_at_cpu_seconds must be > 0, got {self.stop_at_cpu_seconds}")
+        if self.stop_at_step is not None and self.stop_at_step < 1:
+            raise BertkitError(f"stop_at_step must be >= 1, got {self.stop_at_step}")
         if self.decay_from is not None:
             start, rate = self.decay_from
             if not (0 <= start < (self.max_steps or math.inf) and math.isfinite(rate) and rate > 0):
@@ -106,13 +111,14 @@ class StepSchedule:
     eval_every: int = 0
     save_every: int = 0
     stop_at_cpu_seconds: float | None = None
+    stop_at_step: int | None = None
 
     @classmethod
     def from_config(cls, config: TrainConfig) -> StepSchedule:
         if config.max_steps is None:
             raise BertkitError("max_steps is not set: the run kind must set it before training")
         return cls(config.max_steps, config.log_every, config.eval_every, config.save_every,
-                   config.stop_at_cpu_seconds)
+                   config.stop_at_cpu_seconds, config.stop_at_step)
 
     def last(self, step: int) -> bool:
         return step == self.max_steps
@@ -132,8 +138,13 @@ class StepSchedule:
     def sync(self, step: int, stop_signalled: bool = False) -> bool:
         """Whether the step ends at a sync point (the pending statistics come to the host): a
         log line, an evaluation, a save, the last step, or a stop signal the caller counts."""
-        return self.log(step) or self.eval(step) or self.save(step) or stop_signalled
+        return (self.log(step) or self.eval(step) or self.save(step) or self.stop_step(step)
+                or stop_signalled)
 
     def budget_spent(self, cpu_seconds: float) -> bool:
         """The run's CPU seconds (over all its sittings) reached `stop_at_cpu_seconds`."""
         return self.stop_at_cpu_seconds is not None and cpu_seconds >= self.stop_at_cpu_seconds
+
+    def stop_step(self, step: int) -> bool:
+        """The run reached `stop_at_step`."""
+        return self.stop_at_step is not None and step >= self.stop_at_step

@@ -11,7 +11,8 @@ function and optionally an evaluation function; `train` does the rest, visibly:
       or a stop signal): one all-reduce brings the pending steps' statistics to the host; a
       non-finite loss stops the run there (so up to `log_every` steps after it happened, the
       last good checkpoint kept)
-    → log / eval / save; stop early when the run's CPU seconds reach `stop_at_cpu_seconds`.
+    → log / eval / save; stop early when the run's CPU seconds reach `stop_at_cpu_seconds`,
+      or at `stop_at_step`.
 
 The run's cost (wall and CPU seconds inside `train`, tokens) is summed over every sitting of a
 resumed run, saved with each state and returned in `TrainResult`.
@@ -117,7 +118,8 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
     last_metrics: dict[str, float] = {}
     run.clock = (time.perf_counter(), time.process_time())
     with signal_guard() as stop:
-        while run.step < config.max_steps:
+        # (a run resumed at or past its stop step trains none: the end saves it as it is)
+        while run.step < config.max_steps and not schedule.stop_step(run.step):
             pending.add(_train_step(run, take(micro_batches, run.accum), step_metrics))
             bar.update(1)
             # One process stops at its own signal; several agree on a stop at the next sync
@@ -140,6 +142,9 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
             if schedule.budget_spent(run.cpu_seconds):
                 log.info("CPU budget of %.0f s spent at step %d; stopping",
                          config.stop_at_cpu_seconds, run.step)
+                break
+            if schedule.stop_step(run.step):
+                log.info("stopping at step %d, as asked", run.step)
                 break
     bar.close()
     # the end evaluates and saves, unless the schedule just did at this step

@@ -422,6 +422,7 @@ def phase2_config(train_cfg: TrainConfig, output: Path, steps: int
         stop_at = left
     return dataclasses.replace(train_cfg, output_dir=str(output / "phase2"), max_steps=steps,
                                warmup_steps=warmup, warmup_ratio=None, stop_at_cpu_seconds=stop_at,
+                               stop_at_step=None,  # (a step of phase 1's count)
                                resume=train_cfg.resume if has_state else False)
 
 
