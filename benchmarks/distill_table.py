@@ -71,7 +71,7 @@ def collect(work: Path, log: RunLog) -> int:
 
 def groups(records: list[dict]) -> list[tuple[str, list[dict]]]:
     """The records by task and training precision, in the table's order, each with its label:
-    the task (fp32, the study's default) or `task, bf16`. A teacher and its students are one
+    the task (fp32, the study's default) or `task in bf16`. A teacher and its students are one
     precision's, so the two precisions of a task are two groups, never one row's seeds."""
     out = []
     for task in TASKS:
@@ -79,7 +79,7 @@ def groups(records: list[dict]) -> list[tuple[str, list[dict]]]:
         precisions = sorted({r.get("precision") or "fp32" for r in runs},
                             key=lambda p: (p != "fp32", p))
         for precision in precisions:
-            label = task if precision == "fp32" else f"{task}, {precision}"
+            label = task if precision == "fp32" else f"{task} in {precision}"
             out.append((label, [r for r in runs if (r.get("precision") or "fp32") == precision]))
     return out
 

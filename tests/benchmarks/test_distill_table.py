@@ -67,7 +67,8 @@ def test_the_plot_is_a_png_and_nothing_without_runs(tmp_path):
 
 def test_a_bf16_run_is_its_own_group_with_its_own_teacher(tmp_path):
     """A task's bf16 runs (PRECISION=bf16 study_distill.sh) never share a row, a teacher or a
-    key with its fp32 runs; a record written before the field counts as fp32."""
+    key with its fp32 runs; a record written before the field counts as fp32; the machines line
+    names the groups each machine ran."""
     log = RunLog(tmp_path / "runs.jsonl")
     old = distill_table.record(results(0, 0.7, 0.6))
     old.pop("precision")
@@ -75,9 +76,12 @@ def test_a_bf16_run_is_its_own_group_with_its_own_teacher(tmp_path):
     log.append(distill_table.record({**results(0, 0.75, 0.6), "teacher_dev": 0.82,
                                      "precision": "bf16"}))
     assert [r["key"] for r in log.read()] == ["mrpc/layers:0,3/0", "mrpc/layers:0,3/0/bf16"]
-    lines = distill_table.table(log.read())
+    records = log.read()
+    lines = distill_table.table(records)
     assert lines[2].startswith("| mrpc (f1) | teacher") and "**80.0**" in lines[2]
     assert lines[3].startswith("| mrpc | `layers:0,3`") and "70.0 (1)" in lines[3]
-    assert lines[4].startswith("| mrpc, bf16 (f1) | teacher") and "**82.0**" in lines[4]
-    assert lines[5].startswith("| mrpc, bf16 | `layers:0,3`") and "75.0 (1)" in lines[5]
-    assert "(mrpc, mrpc, bf16)" not in lines[-1] and lines[-1].startswith("Machine: ")
+    assert lines[4].startswith("| mrpc in bf16 (f1) | teacher") and "**82.0**" in lines[4]
+    assert lines[5].startswith("| mrpc in bf16 | `layers:0,3`") and "75.0 (1)" in lines[5]
+    records[1]["machine"] = {**records[1]["machine"], "cpu": "Another CPU"}
+    said = distill_table.table(records)[-1]
+    assert said.startswith("Machines: ") and "(mrpc); " in said and "(mrpc in bf16);" in said

@@ -13,7 +13,7 @@ from bertkit.cli.common import data_root
 from bertkit.config import PRESETS
 from bertkit.errors import BertkitError
 from bertkit.io import read_json_object
-from bertkit.studies import cooldown, curve, curve_finetune, recipes
+from bertkit.studies import cooldown, curve, curve_finetune, recipes, reproduce
 from bertkit.studies.report import check_report_target
 from bertkit.tasks.glue import GLUE_TASKS
 from bertkit.training.pretrain_recipes import RECIPES, recipe_help
@@ -218,8 +218,8 @@ def run(args: argparse.Namespace) -> int:
     with curve.sitting(work, "pretrain"):
         store = curve.open_store(work, settings)
         if args.reproduce is not None:
-            curve.adopt_plan(store, settings, read_json_object(args.reproduce),
-                             str(args.reproduce))
+            reproduce.adopt_plan(store, settings, read_json_object(args.reproduce),
+                                 str(args.reproduce))
         store.begin()  # before the vocabulary and shards it guards are made
         for line in curve.status_lines(store):
             log.info("%s", line)
@@ -289,7 +289,7 @@ def report_curve(args: argparse.Namespace, settings: curve.CurveSettings,
         curve_finetune.plot_curve(rows, png)
         page = curve_finetune.write_report(args.report, rows, ft, curve.status_lines(store),
                                            name, curve_finetune.task_rows(store, settings, work),
-                                           settings, curve.curve_plan(store))
+                                           settings, reproduce.curve_plan(store))
         print(f"wrote {page} and {png}")
     return 0
 

@@ -25,10 +25,8 @@ sittings of one part from writing one folder.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
-import re
 import shutil
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -357,12 +355,13 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
     phase2_steps = planned_phase2_steps(store, settings)
     if settings.init is None:  # (with --init the run takes the model's own config)
         arch.save(pipeline.architecture_file(work / "run"))
-    # a reproduction (`adopt_plan`) takes each point at the step another run recorded it
+    # a reproduction (`reproduce.adopt_plan`) takes each point at the step another run recorded
     at_steps = store.pretrain_info("horizon").get("point_steps", {})
     spent = 0.0
     for hours in settings.budgets_hours:
         label = budget_label(hours)
         if store.pretrain_info(label) is not None:
+            keep_branch_start(store, settings, work, steps, label)  # (a sitting killed before)
             continue
         if spent >= hours_left * HOUR:
             log.info("this sitting's %.2f CPU-hours are used; the next one continues", hours_left)
@@ -404,13 +403,15 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
                  not ended and (fixed_steps or result.cpu_seconds < hours * HOUR))
         if short:
             continue  # stopped for the sitting's limit: the next check returns
-        if result.checkpoint is not None and not phase2_steps:  # (a decay branch starts here)
-            keep_state(work, label, result.checkpoint)
+        branch_elsewhere = label in store.pretrain_info("horizon").get("branch_steps", {})
+        if result.checkpoint is not None and not phase2_steps and not branch_elsewhere:
+            keep_state(work, label, result.checkpoint)  # (a decay branch starts here)
         extra: dict[str, Any] = {"hours": hours}
         if phase2_steps:  # the point counts the run's steps over both phases
             extra["phase2_steps"] = result.step
             result = dataclasses.replace(result, step=steps + result.step)
         record_point(store, work, label, work / "run", result, **extra)
+        keep_branch_start(store, settings, work, steps, label)
     return spent
 
 
@@ -422,56 +423,17 @@ def check_not_past(run: Path, label: str, at_step: int) -> None:
                            f"no record of {label}: reproduce the curve in a new --work")
 
 
-def curve_plan(store: ResultsStore) -> dict[str, Any]:
-    """What reproducing this curve takes, for its report: the horizon (the schedule's steps)
-    and the step of each budget point recorded (a decay branch follows from its point)."""
-    horizon = {k: v for k, v in (store.pretrain_info("horizon") or {}).items()
-               if k not in ("point_steps", "reproduces")}
-    steps = {label: info["step"] for label, info in store.data["pretrain"].items()
-             if label != "horizon" and not label.endswith(BRANCH)}
-    return {**horizon, "point_steps": steps}
-
-
-def report_plan(report: dict[str, Any], source: str) -> dict[str, Any]:
-    """A report's plan (`curve_plan`), or, in a report written before plans were (2026-11-29),
-    the same read off its status lines."""
-    plan = report.get("plan")
-    if plan is None:
-        plan, steps = {}, {}
-        for line in report.get("status", []):
-            if m := re.match(r"horizon: (\d+) steps at ([\d.]+) CPU-s a step", line):
-                plan = {"steps": int(m[1]), "cpu_seconds_per_step": float(m[2])}
-            elif m := re.match(r"([\d.]+h): step (\d+),", line):
-                steps[m[1]] = int(m[2])
-        plan["point_steps"] = steps
-    if not plan.get("steps") or not plan.get("point_steps"):
-        raise BertkitError(f"{source}: no horizon and budget points to reproduce (a curve's "
-                           "JSON, written by --report)")
-    return plan
-
-
-def adopt_plan(store: ResultsStore, settings: CurveSettings, report: dict[str, Any],
-               source: str) -> None:
-    """Begin `store` as a reproduction of the curve `report` records (its JSON beside the
-    table): the same settings, its horizon (so the same lr schedule) and each budget point at
-    the step it was recorded at, not at this machine's CPU seconds; on the same CPU class and
-    thread count the points come out as the recorded models (the steps are deterministic).
-    A store that already holds this plan continues; another plan is refused."""
-    plan = {**report_plan(report, source), "reproduces": Path(source).name}
-    if "settings" in report:
-        theirs, mine = (json.loads(json.dumps(d, default=str)) for d in
-                        ({**ADDED_LATER, **report["settings"]}, dataclasses.asdict(settings)))
-        differ = sorted(k for k in {*theirs, *mine}
-                        if theirs.get(k, "<none>") != mine.get(k, "<none>"))
-        if differ:
-            raise BertkitError(f"{source}: recorded with other settings ({', '.join(differ)}) "
-                               "than these options make; give the options it was run with")
-    have = store.pretrain_info("horizon")
-    if have is None:
-        store.put_pretrain("horizon", plan)
-    elif (have.get("steps"), have.get("point_steps")) != (plan["steps"], plan["point_steps"]):
-        raise BertkitError(f"{store.path}: this study has a horizon of its own ({have['steps']} "
-                           f"steps); reproduce {source} in a new --work")
+def keep_branch_start(store: ResultsStore, settings: CurveSettings, work: Path, steps: int,
+                      label: str) -> None:
+    """In a reproduction whose decay branch began a few steps past its point (`branch_steps`:
+    the original kept no state at the point then, and branched from the run's next one), the
+    run's state at that step, kept for `--cooldown` (in place of the point's own)."""
+    at = store.pretrain_info("horizon").get("branch_steps", {}).get(label)
+    if at is None or list_checkpoints(work / "branches" / label):
+        return
+    check_not_past(work / "run", label + BRANCH, at)
+    result = run_pretraining(run_config(settings, work, work / "run", steps, stop_at_step=at))
+    keep_state(work, label, result.checkpoint)
 
 
 def planned_phase2_steps(store: ResultsStore, settings: CurveSettings) -> int:
@@ -532,8 +494,10 @@ def status_lines(store: ResultsStore) -> list[str]:
     horizon = store.pretrain_info("horizon")
     if horizon:
         lines.append(f"horizon: {horizon['steps']} steps at {horizon['cpu_seconds_per_step']} "
-                     "CPU-s a step" + (f"; reproducing {horizon['reproduces']}'s points at their "
-                                       "recorded steps" if "reproduces" in horizon else ""))
+                     "CPU-s a step" + (f"; reproducing {horizon['reproduces']}: "
+                                       f"{', '.join(horizon['point_steps'])} at their recorded "
+                                       "steps, any later budget at this machine's CPU seconds"
+                                       if "reproduces" in horizon else ""))
     for label, info in store.data["pretrain"].items():
         if label == "horizon":
             continue

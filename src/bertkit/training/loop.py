@@ -119,6 +119,10 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
     run.clock = (time.perf_counter(), time.process_time())
     with signal_guard() as stop:
         # (a run resumed at or past its stop step trains none: the end saves it as it is)
+        if config.stop_at_step is not None and run.step > config.stop_at_step:
+            log.warning("%s: resumed at step %d, past the stop step %d: nothing trained, the "
+                        "run stays at step %d", config.output_dir, run.step, config.stop_at_step,
+                        run.step)
         while run.step < config.max_steps and not schedule.stop_step(run.step):
             pending.add(_train_step(run, take(micro_batches, run.accum), step_metrics))
             bar.update(1)

@@ -1,0 +1,116 @@
+"""A pre-training curve made again from its report (`bertkit study pretrain-curve --reproduce`).
+
+A curve's points are taken at budgets of its run's own CPU seconds, which no other machine (nor
+the same one under another load) spends at the same step. Its report therefore carries a plan
+(`curve_plan`): the horizon (the lr schedule's steps) and the step each budget point was
+recorded at, and where a decay branch began when that was not the point's own step. A new work
+folder begun from the plan (`adopt_plan`) takes each point at its recorded step
+(`TrainConfig.stop_at_step`, in `curve.pretrain_points`): data and training are seeded
+functions, so on the same CPU class and thread count the points are the recorded models, and
+elsewhere the same recipe at the same steps. The work folder a curve ran in is not kept by
+every machine (docs/studies.md); the committed report is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError
+from bertkit.studies.cooldown import FRACTION, SLACK_STEPS
+from bertkit.studies.curve import ADDED_LATER, BRANCH, CurveSettings, budget_label
+from bertkit.studies.results import ResultsStore
+
+
+def branch_length(start: int) -> int:
+    """A decay branch's steps from `start` (`cooldown.branch_plan`'s rule)."""
+    return max(1, round(FRACTION * start))
+
+
+def curve_plan(store: ResultsStore) -> dict[str, Any]:
+    """What reproducing this curve takes, for its report: the horizon, the step of each budget
+    point recorded, and `branch_steps`: where a decay branch began past its point's step."""
+    pretrain = store.data["pretrain"]
+    horizon = {k: v for k, v in (pretrain.get("horizon") or {}).items()
+               if k not in ("point_steps", "branch_steps", "reproduces")}
+    steps = {label: info["step"] for label, info in pretrain.items()
+             if label != "horizon" and not label.endswith(BRANCH)}
+    branches = {label: pretrain[label + BRANCH]["from_step"] for label in steps
+                if pretrain.get(label + BRANCH, {}).get("from_step", steps[label]) != steps[label]}
+    return {**horizon, "point_steps": steps, **({"branch_steps": branches} if branches else {})}
+
+
+def report_plan(report: dict[str, Any], source: str) -> dict[str, Any]:
+    """A report's plan (`curve_plan`), or, in a report written before plans were (2026-11-29),
+    the same read off its status lines (a branch's start from its end step: the one start
+    within the branch rule's slack of its point that ends there)."""
+    plan = report.get("plan")
+    if plan is None:
+        plan, steps, ends = {}, {}, {}
+        for line in report.get("status", []):
+            if m := re.match(r"horizon: (\d+) steps at ([\d.]+) CPU-s a step", line):
+                plan = {"steps": int(m[1]), "cpu_seconds_per_step": float(m[2])}
+            elif m := re.match(r"([\d.]+h)(\+cool)?: step (\d+),", line):
+                (ends if m[2] else steps)[m[1]] = int(m[3])
+        plan["point_steps"] = steps
+        branches = {}
+        for label, end in ends.items():
+            point = steps.get(label, end)
+            starts = [b for b in range(point, point + SLACK_STEPS + 1)
+                      if b + branch_length(b) == end]
+            if starts and starts[0] != point:
+                branches[label] = starts[0]
+        plan.update({"branch_steps": branches} if branches else {})
+    if not plan.get("steps") or not plan.get("point_steps"):
+        raise BertkitError(f"{source}: no horizon and budget points to reproduce (a curve's "
+                           "JSON, written by --report)")
+    return plan
+
+
+def check_plan(plan: dict[str, Any], settings: CurveSettings, source: str) -> None:
+    """Every point a budget of these settings, at a step inside the horizon, in budget order;
+    every branch start at or past its point."""
+    budgets = [budget_label(h) for h in settings.budgets_hours]
+    points = plan["point_steps"]
+    unknown = sorted(set(points) - set(budgets))
+    if unknown:
+        raise BertkitError(f"{source}: points {', '.join(unknown)} are no budgets of this study "
+                           f"({', '.join(budgets)})")
+    ordered = [points[b] for b in budgets if b in points]
+    if ordered != sorted(ordered) or not all(1 <= s <= plan["steps"] for s in ordered):
+        raise BertkitError(f"{source}: the points' steps ({ordered}) must rise with the budgets "
+                           f"and lie within the horizon's {plan['steps']}")
+    for label, start in plan.get("branch_steps", {}).items():
+        if label not in points or not points[label] <= start <= plan["steps"]:
+            raise BertkitError(f"{source}: {label}'s decay branch starts at step {start}, not "
+                               "at or past its point")
+
+
+def adopt_plan(store: ResultsStore, settings: CurveSettings, report: dict[str, Any],
+               source: str) -> None:
+    """Begin `store` as a reproduction of the curve `report` records (its JSON beside the
+    table): the same settings, its horizon (so the same lr schedule) and each budget point at
+    the step it was recorded at. A store that already holds this plan continues; a store with
+    another is refused."""
+    if "settings" not in report:
+        raise BertkitError(f"{source}: records no settings (a report written before they were), "
+                           "so a reproduction could not tell its recipe from another's")
+    theirs, mine = (json.loads(json.dumps(d, default=str)) for d in
+                    ({**ADDED_LATER, **report["settings"]}, dataclasses.asdict(settings)))
+    differ = sorted(k for k in {*theirs, *mine} if theirs.get(k, "<none>") != mine.get(k, "<none>"))
+    if differ:
+        raise BertkitError(f"{source}: recorded with other settings ({', '.join(differ)}) than "
+                           "these options make; give the options it was run with")
+    plan = {**report_plan(report, source), "reproduces": Path(source).name}
+    check_plan(plan, settings, source)
+    have = store.pretrain_info("horizon")
+    if have is None:
+        store.put_pretrain("horizon", plan)
+        return
+    for key in ("steps", "point_steps", "branch_steps"):
+        if have.get(key) != plan.get(key):
+            raise BertkitError(f"{store.path}: holds a study whose {key} differ from "
+                               f"{source}'s; reproduce it in a new --work")
