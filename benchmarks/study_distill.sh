@@ -12,6 +12,8 @@
 #       pre-training, DIR a point of the pre-training curve, at its fine-tuning rate 1e-3:
 #       e.g. ../bertkit-studies/pretrain-curve-bf16/points/2h+cool)
 #
+#   SEEDS="1 2" bash benchmarks/study_distill.sh WORK sst2   (only these student seeds: a
+#       second worker on the other core, started once the task's teacher has finished)
 #   PRECISION=bf16 bash benchmarks/study_distill.sh WORK conll2003   (teacher and students
 #       trained in bf16: 2-2.4x faster on a CPU with AMX; give it its own WORK; the table keeps
 #       its rows apart from the fp32 ones)
@@ -61,7 +63,7 @@ for task in "${tasks[@]}"; do
   runs=(layers:0,2,4 layers:0,3 tiny)
   [ -n "${HIDDEN:-}" ] && runs+=("layers:0,2,4 hidden" "tiny hidden")
   [ -n "${PRETRAINED:-}" ] && runs+=("$PRETRAINED")
-  for seed in 0 1 2; do
+  for seed in ${SEEDS:-0 1 2}; do
     for run in "${runs[@]}"; do
       student=${run% hidden}
       hidden=()
