@@ -1,5 +1,8 @@
-"""`bertkit study pretrain-curve`'s options: what they refuse before any work starts, and the
-default folders of the other curves (bf16, a named recipe)."""
+"""`bertkit study pretrain-curve`'s options: what they refuse before any work starts, the
+default folders of the other curves (bf16, a named recipe), and a report written from a curve
+made again."""
+
+import dataclasses
 
 import pytest
 
@@ -93,3 +96,36 @@ def test_recipes_refuse_what_they_cannot_do(shared_data, tmp_path, capsys):
         assert "--budget must be > 0" in capsys.readouterr().err
     assert main([*base, "--status"]) == 0
     assert "no variant recorded yet" in capsys.readouterr().out
+
+
+def test_a_report_from_a_curve_made_again_keeps_the_committed_rows(shared_data, tmp_path,
+                                                                   monkeypatch, capsys):
+    """`--report docs` from a work folder whose point is reproduced but not fine-tuned again:
+    the committed row stays in the table and its records, said in the status lines."""
+    import json
+
+    from bertkit.studies import curve, curve_finetune
+
+    monkeypatch.setattr(curve_finetune, "first_guesses", lambda point: [])  # (no export here)
+    work, docs = tmp_path / "work", tmp_path / "docs"
+    settings = curve.CurveSettings(corpus=curve.corpus_files(shared_data))
+    store = curve.open_store(work, settings)
+    store.put_pretrain("horizon", {"steps": 100, "cpu_seconds_per_step": 1.0})
+    store.put_pretrain("0.25h", {"step": 50, "tokens_seen": 10**6, "cpu_seconds": 900.0,
+                                 "eval_mlm_acc": 0.1, "hours": 0.25})
+    docs.mkdir()
+    (docs / "pretraining.md").write_text(
+        f"{curve_finetune.CURVE_BEGIN}\nold\n{curve_finetune.CURVE_END}\n")
+    row = {"budget": "0.25h", "cpu_hours": 0.25, "step": 50, "tokens": 10**6, "mlm_acc": 0.1,
+           "fill_mask": [",", ","], "scores": [68.0, 70.0], "random": [71.0, 72.0],
+           "baseline": "random init", "gain": -2.5, "gain_se": 1.0}
+    (docs / "pretrain_curve.json").write_text(json.dumps(
+        {"settings": json.loads(json.dumps(dataclasses.asdict(settings))), "rows": [row],
+         "tasks": [], "status": []}))
+    assert main(["study", "pretrain-curve", "--data", str(shared_data), "--work", str(work),
+                 "--report", str(docs)]) == 0
+    written = json.loads((docs / "pretrain_curve.json").read_text())
+    assert written["rows"][0]["scores"] == [68.0, 70.0]
+    assert written["plan"]["point_steps"] == {"0.25h": 50}
+    page = (docs / "pretraining.md").read_text()
+    assert "69.0 ± 1.4" in page and "kept from the earlier report" in page

@@ -286,10 +286,17 @@ def report_curve(args: argparse.Namespace, settings: curve.CurveSettings,
         png = args.report / f"{name[0]}.png"
         check_report_target(args.report / "pretraining.md", name[1], args.report / f"{name[0]}.md",
                             [png, args.report / f"{name[0]}.json"])
+        tasks = curve_finetune.task_rows(store, settings, work)
+        status = curve.status_lines(store)
+        records = args.report / f"{name[0]}.json"
+        if records.is_file():  # (a curve made again keeps the rows it has not scored again)
+            rows, tasks, kept = reproduce.keep_earlier_rows(
+                read_json_object(records), settings, rows, tasks, str(records))
+            status += [f"kept from the earlier report, not fine-tuned in {work}: "
+                       + ", ".join(kept)] if kept else []
         curve_finetune.plot_curve(rows, png)
-        page = curve_finetune.write_report(args.report, rows, ft, curve.status_lines(store),
-                                           name, curve_finetune.task_rows(store, settings, work),
-                                           settings, reproduce.curve_plan(store))
+        page = curve_finetune.write_report(args.report, rows, ft, status, name, tasks, settings,
+                                           reproduce.curve_plan(store))
         print(f"wrote {page} and {png}")
     return 0
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.studies.cooldown import FRACTION, SLACK_STEPS
-from bertkit.studies.curve import ADDED_LATER, BRANCH, CurveSettings, budget_label
+from bertkit.studies.curve import ADDED_LATER, BRANCH, CurveSettings, budget_label, point_labels
 from bertkit.studies.results import ResultsStore
 
 
@@ -32,14 +32,18 @@ def branch_length(start: int) -> int:
 
 def curve_plan(store: ResultsStore) -> dict[str, Any]:
     """What reproducing this curve takes, for its report: the horizon, the step of each budget
-    point recorded, and `branch_steps`: where a decay branch began past its point's step."""
+    point recorded, and `branch_steps`: where a decay branch began past its point's step. A
+    curve made again passes on the plan it adopted too, for the points it has not reached."""
     pretrain = store.data["pretrain"]
-    horizon = {k: v for k, v in (pretrain.get("horizon") or {}).items()
-               if k not in ("point_steps", "branch_steps", "reproduces")}
+    horizon = dict(pretrain.get("horizon") or {})
+    adopted = {key: horizon.pop(key, {}) for key in ("point_steps", "branch_steps")}
+    horizon.pop("reproduces", None)
     steps = {label: info["step"] for label, info in pretrain.items()
              if label != "horizon" and not label.endswith(BRANCH)}
     branches = {label: pretrain[label + BRANCH]["from_step"] for label in steps
                 if pretrain.get(label + BRANCH, {}).get("from_step", steps[label]) != steps[label]}
+    steps, branches = ({**adopted["point_steps"], **steps},
+                       {**adopted["branch_steps"], **branches})
     return {**horizon, "point_steps": steps, **({"branch_steps": branches} if branches else {})}
 
 
@@ -114,3 +118,44 @@ def adopt_plan(store: ResultsStore, settings: CurveSettings, report: dict[str, A
         if have.get(key) != plan.get(key):
             raise BertkitError(f"{store.path}: holds a study whose {key} differ from "
                                f"{source}'s; reproduce it in a new --work")
+
+
+def keep_earlier_rows(earlier: dict[str, Any], settings: CurveSettings, rows: list[dict],
+                      tasks: list[dict], source: str) -> tuple[list[dict], list[dict], list[str]]:
+    """A report rewritten from a work folder that lacks some of its fine-tuning (a curve made
+    again: its points reproduced, their cells not yet run again) keeps the earlier report's
+    rows for what the folder has not scored, rather than dropping measured rows: a point's row
+    or whole-task row with scores here wins; an earlier one for a point at the same step (the
+    same model, when reproduced) or one this folder has not reached is kept. Returns the rows,
+    the task rows and the labels kept. An earlier report of other settings, or whose point lies
+    at another step than this folder's (another run of the recipe), is refused: its rows would
+    mix two runs in one table."""
+    if "settings" in earlier:
+        theirs, mine = (json.loads(json.dumps(d, default=str)) for d in
+                        ({**ADDED_LATER, **earlier["settings"]}, dataclasses.asdict(settings)))
+        if theirs != mine:
+            raise BertkitError(f"{source}: a report of other settings; not rewritten from this "
+                               "study (--report into another folder)")
+    steps = {r["budget"]: r["step"] for r in rows}
+    for old in [*earlier.get("rows", []), *earlier.get("tasks", [])]:
+        if steps.get(old["budget"], old["step"]) != old["step"]:
+            raise BertkitError(
+                f"{source}: its {old['budget']} is step {old['step']}, this study's is step "
+                f"{steps[old['budget']]}: another run of the recipe, whose rows would mix with "
+                "these (reproduce it with --reproduce, or --report into another folder)")
+    kept: list[str] = []
+    scored = {r["budget"] for r in rows if r["scores"]}
+    merged = {r["budget"]: r for r in rows}
+    for old in earlier.get("rows", []):
+        if old["budget"] not in scored and old.get("scores"):
+            merged[old["budget"]] = old
+            kept.append(old["budget"])
+    have = {(r["budget"], r["task"]) for r in tasks}
+    extra = [t for t in earlier.get("tasks", []) if (t["budget"], t["task"]) not in have]
+    kept += [f"{t['budget']} {t['task']}" for t in extra]
+    order = {label: i for i, label in enumerate(point_labels(settings))}
+    recipes = list(dict.fromkeys(t["task"] for t in [*earlier.get("tasks", []), *tasks]))
+    return (sorted(merged.values(), key=lambda r: order.get(r["budget"], len(order))),
+            sorted([*tasks, *extra], key=lambda t: (recipes.index(t["task"]),
+                                                    order.get(t["budget"], len(order)))),
+            kept)
