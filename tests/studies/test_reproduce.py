@@ -66,6 +66,10 @@ def test_a_reproduction_takes_each_point_at_its_recorded_step(settings, tmp_path
     with pytest.raises(BertkitError, match=r"other settings \(lr\)"):
         reproduce.adopt_plan(curve.open_store(tmp_path / "lr", dataclasses.replace(settings, lr=5e-4)),
                          dataclasses.replace(settings, lr=5e-4), report, "r.json")
+    moved_corpus = dataclasses.replace(settings, corpus=("/elsewhere/corpus.txt",))
+    with pytest.raises(BertkitError, match=r"\(corpus\).*its corpus begins .*corpus.txt"):
+        reproduce.adopt_plan(curve.open_store(tmp_path / "c", moved_corpus), moved_corpus,
+                             report, "r.json")
     with pytest.raises(BertkitError, match="no horizon and budget points"):
         reproduce.report_plan({"status": []}, "empty.json")
     fresh = curve.open_store(tmp_path / "fresh", settings)

@@ -106,8 +106,12 @@ def adopt_plan(store: ResultsStore, settings: CurveSettings, report: dict[str, A
                     ({**ADDED_LATER, **report["settings"]}, dataclasses.asdict(settings)))
     differ = sorted(k for k in {*theirs, *mine} if theirs.get(k, "<none>") != mine.get(k, "<none>"))
     if differ:
+        # (the corpus is recorded as the paths --data made: another spelling of the same folder
+        # differs too)
+        hint = (f"; its corpus begins {theirs['corpus'][0]} (--data as it was given then)"
+                if "corpus" in differ and theirs.get("corpus") else "")
         raise BertkitError(f"{source}: recorded with other settings ({', '.join(differ)}) than "
-                           "these options make; give the options it was run with")
+                           f"these options make; give the options it was run with{hint}")
     plan = {**report_plan(report, source), "reproduces": Path(source).name}
     check_plan(plan, settings, source)
     have = store.pretrain_info("horizon")
