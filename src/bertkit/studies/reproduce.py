@@ -30,6 +30,16 @@ def branch_length(start: int) -> int:
     return max(1, round(FRACTION * start))
 
 
+def as_recorded(recorded: dict[str, Any], settings: CurveSettings
+                ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A report's settings (those added since at their defaults) and `settings`, both as JSON
+    reads them back (tuples as lists), to compare."""
+    def read_back(data: dict[str, Any]) -> dict[str, Any]:
+        return json.loads(json.dumps(data, default=str))
+
+    return read_back({**ADDED_LATER, **recorded}), read_back(dataclasses.asdict(settings))
+
+
 def curve_plan(store: ResultsStore) -> dict[str, Any]:
     """What reproducing this curve takes, for its report: the horizon, the step of each budget
     point recorded, and `branch_steps`: where a decay branch began past its point's step. A
@@ -102,8 +112,7 @@ def adopt_plan(store: ResultsStore, settings: CurveSettings, report: dict[str, A
     if "settings" not in report:
         raise BertkitError(f"{source}: records no settings (a report written before they were), "
                            "so a reproduction could not tell its recipe from another's")
-    theirs, mine = (json.loads(json.dumps(d, default=str)) for d in
-                    ({**ADDED_LATER, **report["settings"]}, dataclasses.asdict(settings)))
+    theirs, mine = as_recorded(report["settings"], settings)
     differ = sorted(k for k in {*theirs, *mine} if theirs.get(k, "<none>") != mine.get(k, "<none>"))
     if differ:
         # (the corpus is recorded as the paths --data made: another spelling of the same folder
@@ -135,8 +144,7 @@ def keep_earlier_rows(earlier: dict[str, Any], settings: CurveSettings, rows: li
     at another step than this folder's (another run of the recipe), is refused: its rows would
     mix two runs in one table."""
     if "settings" in earlier:
-        theirs, mine = (json.loads(json.dumps(d, default=str)) for d in
-                        ({**ADDED_LATER, **earlier["settings"]}, dataclasses.asdict(settings)))
+        theirs, mine = as_recorded(earlier["settings"], settings)
         if theirs != mine:
             raise BertkitError(f"{source}: a report of other settings; not rewritten from this "
                                "study (--report into another folder)")
