@@ -130,7 +130,8 @@ def adopt_plan(store: ResultsStore, settings: CurveSettings, report: dict[str, A
     for key in ("steps", "point_steps", "branch_steps"):
         if have.get(key) != plan.get(key):
             raise BertkitError(f"{store.path}: holds a study whose {key} differ from "
-                               f"{source}'s; reproduce it in a new --work")
+                               f"{source}'s; reproduce it in a new --work (a study that holds "
+                               "its plan continues without --reproduce)")
 
 
 def keep_earlier_rows(earlier: dict[str, Any], settings: CurveSettings, rows: list[dict],
