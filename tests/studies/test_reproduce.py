@@ -143,17 +143,24 @@ def test_a_report_rewritten_from_a_reproduction_keeps_the_rows_it_has_not_scored
                "rows": [_row("0.25h", 520, [68.0, 69.0]), _row("0.5h", 1000, [66.0, 67.0]),
                         _row("1h", 1980, [70.0, 71.0])],
                "tasks": [_row("1h", 1980, [80.0, 81.0], task="mrpc"),
-                         _row("0.5h", 1000, [60.0, 61.0], task="stsb")]}
+                         _row("0.5h", 1000, [60.0, 61.0], task="stsb")],
+               "status": ["horizon: 9 steps", "0.25h: step 520, old", "0.5h: step 1000, old",
+                          "1h: step 1980, old"]}
     rows = [_row("0.25h", 520), _row("0.5h", 1000, [90.0, 91.0])]  # 0.5h scored again here
     tasks = [_row("0.5h", 1000, [62.0, 63.0], task="stsb")]
-    rows, tasks, kept = reproduce.keep_earlier_rows(earlier, settings, rows, tasks, "e.json")
+    status = ["horizon: 9 steps; reproducing", "0.25h: step 520, new", "0.5h: step 1000, new"]
+    rows, tasks, status = reproduce.keep_earlier_rows(earlier, settings, rows, tasks, status,
+                                                      "e.json")
     assert [(r["budget"], r["scores"]) for r in rows] == [
         ("0.25h", [68.0, 69.0]), ("0.5h", [90.0, 91.0]), ("1h", [70.0, 71.0])]
     assert [(t["task"], t["budget"], t["scores"]) for t in tasks] == [
         ("mrpc", "1h", [80.0, 81.0]), ("stsb", "0.5h", [62.0, 63.0])]
-    assert kept == ["0.25h", "1h", "1h mrpc"]
+    assert status == ["horizon: 9 steps; reproducing", "0.25h: step 520, new",
+                      "0.5h: step 1000, new", "1h: step 1980, old",
+                      "kept from the earlier report (not fine-tuned in this work folder): the "
+                      "rows of 0.25h, 1h and 1 whole-task or other-recipe row(s)"]
     with pytest.raises(BertkitError, match="its 0.5h is step 1000, this study's is step 990"):
-        reproduce.keep_earlier_rows(earlier, settings, [_row("0.5h", 990)], [], "e.json")
+        reproduce.keep_earlier_rows(earlier, settings, [_row("0.5h", 990)], [], [], "e.json")
     with pytest.raises(BertkitError, match="a report of other settings"):
-        reproduce.keep_earlier_rows(earlier, dataclasses.replace(settings, lr=5e-4), [], [],
+        reproduce.keep_earlier_rows(earlier, dataclasses.replace(settings, lr=5e-4), [], [], [],
                                     "e.json")

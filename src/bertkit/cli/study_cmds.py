@@ -290,10 +290,8 @@ def report_curve(args: argparse.Namespace, settings: curve.CurveSettings,
         status = curve.status_lines(store)
         records = args.report / f"{name[0]}.json"
         if records.is_file():  # (a curve made again keeps the rows it has not scored again)
-            rows, tasks, kept = reproduce.keep_earlier_rows(
-                read_json_object(records), settings, rows, tasks, str(records))
-            status += [f"kept from the earlier report, not fine-tuned in {work}: "
-                       + ", ".join(kept)] if kept else []
+            rows, tasks, status = reproduce.keep_earlier_rows(
+                read_json_object(records), settings, rows, tasks, status, str(records))
         curve_finetune.plot_curve(rows, png)
         page = curve_finetune.write_report(args.report, rows, ft, status, name, tasks, settings,
                                            reproduce.curve_plan(store))

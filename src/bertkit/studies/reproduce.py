@@ -135,13 +135,15 @@ def adopt_plan(store: ResultsStore, settings: CurveSettings, report: dict[str, A
 
 
 def keep_earlier_rows(earlier: dict[str, Any], settings: CurveSettings, rows: list[dict],
-                      tasks: list[dict], source: str) -> tuple[list[dict], list[dict], list[str]]:
+                      tasks: list[dict], status: list[str], source: str
+                      ) -> tuple[list[dict], list[dict], list[str]]:
     """A report rewritten from a work folder that lacks some of its fine-tuning (a curve made
     again: its points reproduced, their cells not yet run again) keeps the earlier report's
     rows for what the folder has not scored, rather than dropping measured rows: a point's row
     or whole-task row with scores here wins; an earlier one for a point at the same step (the
     same model, when reproduced) or one this folder has not reached is kept. Returns the rows,
-    the task rows and the labels kept. An earlier report of other settings, or whose point lies
+    the task rows and the status lines: this folder's, the earlier report's lines of the points
+    this folder has not recorded, and what was kept. An earlier report of other settings, or whose point lies
     at another step than this folder's (another run of the recipe), is refused: its rows would
     mix two runs in one table."""
     if "settings" in earlier:
@@ -165,10 +167,17 @@ def keep_earlier_rows(earlier: dict[str, Any], settings: CurveSettings, rows: li
             kept.append(old["budget"])
     have = {(r["budget"], r["task"]) for r in tasks}
     extra = [t for t in earlier.get("tasks", []) if (t["budget"], t["task"]) not in have]
-    kept += [f"{t['budget']} {t['task']}" for t in extra]
     order = {label: i for i, label in enumerate(point_labels(settings))}
     recipes = list(dict.fromkeys(t["task"] for t in [*earlier.get("tasks", []), *tasks]))
+    # (a status line is "LABEL: ..."; the horizon's is this folder's own)
+    here = {line.split(":")[0] for line in status}
+    lines = [*status, *(line for line in earlier.get("status", [])
+                        if line.split(":")[0] not in here | {"horizon"})]
+    if kept or extra:
+        lines.append(f"kept from the earlier report (not fine-tuned in this work folder): "
+                     f"the rows of {', '.join(kept) or 'no point'} and {len(extra)} whole-task "
+                     "or other-recipe row(s)")
     return (sorted(merged.values(), key=lambda r: order.get(r["budget"], len(order))),
             sorted([*tasks, *extra], key=lambda t: (recipes.index(t["task"]),
                                                     order.get(t["budget"], len(order)))),
-            kept)
+            lines)
