@@ -356,12 +356,14 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
     if settings.init is None:  # (with --init the run takes the model's own config)
         arch.save(pipeline.architecture_file(work / "run"))
     # a reproduction (`reproduce.adopt_plan`) takes each point at the step another run recorded
-    at_steps = store.pretrain_info("horizon").get("point_steps", {})
+    # it, and keeps a branch's state where the recorded branch began
+    plan = store.pretrain_info("horizon")
+    at_steps, branch_steps = plan.get("point_steps", {}), plan.get("branch_steps", {})
     spent = 0.0
     for hours in settings.budgets_hours:
         label = budget_label(hours)
         if store.pretrain_info(label) is not None:
-            keep_branch_start(store, settings, work, steps, label)  # (a sitting killed before)
+            keep_branch_start(settings, work, steps, label, branch_steps.get(label))  # (killed)
             continue
         if spent >= hours_left * HOUR:
             log.info("this sitting's %.2f CPU-hours are used; the next one continues", hours_left)
@@ -403,15 +405,14 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
                  not ended and (fixed_steps or result.cpu_seconds < hours * HOUR))
         if short:
             continue  # stopped for the sitting's limit: the next check returns
-        branch_elsewhere = label in store.pretrain_info("horizon").get("branch_steps", {})
-        if result.checkpoint is not None and not phase2_steps and not branch_elsewhere:
+        if result.checkpoint is not None and not phase2_steps and label not in branch_steps:
             keep_state(work, label, result.checkpoint)  # (a decay branch starts here)
         extra: dict[str, Any] = {"hours": hours}
         if phase2_steps:  # the point counts the run's steps over both phases
             extra["phase2_steps"] = result.step
             result = dataclasses.replace(result, step=steps + result.step)
         record_point(store, work, label, work / "run", result, **extra)
-        keep_branch_start(store, settings, work, steps, label)
+        keep_branch_start(settings, work, steps, label, branch_steps.get(label))
     return spent
 
 
@@ -423,12 +424,12 @@ def check_not_past(run: Path, label: str, at_step: int) -> None:
                            f"no record of {label}: reproduce the curve in a new --work")
 
 
-def keep_branch_start(store: ResultsStore, settings: CurveSettings, work: Path, steps: int,
-                      label: str) -> None:
-    """In a reproduction whose decay branch began a few steps past its point (`branch_steps`:
-    the original kept no state at the point then, and branched from the run's next one), the
-    run's state at that step, kept for `--cooldown` (in place of the point's own)."""
-    at = store.pretrain_info("horizon").get("branch_steps", {}).get(label)
+def keep_branch_start(settings: CurveSettings, work: Path, steps: int, label: str,
+                      at: int | None) -> None:
+    """In a reproduction whose decay branch began a few steps past its point (`at`, from the
+    plan's `branch_steps`: the original kept no state at the point then, and branched from the
+    run's next one), the run's state at that step, kept for `--cooldown` (in place of the
+    point's own)."""
     if at is None or list_checkpoints(work / "branches" / label):
         return
     check_not_past(work / "run", label + BRANCH, at)
