@@ -13,6 +13,7 @@ import pytest
 
 from bertkit.errors import BertkitError
 from bertkit.studies import curve, curve_finetune
+from tests.helpers import held_elsewhere
 
 
 def test_gain_and_its_standard_error():
@@ -54,17 +55,9 @@ def test_selected_lr_skips_collapsed_runs(tmp_path):
     assert curve_finetune.selected_lr(cells, ft, "random") == 1e-4
 
 
-def test_the_rate_is_chosen_on_the_selection_seed_and_the_seeds_run_at_it(settings, tmp_path,
-                                                                          shared_data,
-                                                                          monkeypatch):
-    """Two rates: each model's grid runs on the selection seed alone, the reported seeds all at
-    the rate that scored best there (a different one for each model here)."""
-    work = tmp_path / "work"
-    curve.prepare_data(settings, work)
-    store = curve.open_store(work, settings)
-    store.put_pretrain("0.0006h", {"hours": 0.0006, "step": 3})
-    (work / "points" / "0.0006h").mkdir(parents=True)
-    best = {curve_finetune.RANDOM: 1e-4, "0.0006h": 1e-3}
+def fake_cells(monkeypatch, best: dict[str, float]) -> list[tuple[str, float, int]]:
+    """`pipeline.finetune_cell` replaced by one that scores 80 at the variant's `best` rate and
+    60 elsewhere; returns the list of (variant, lr, seed) it ran."""
     runs = []
 
     def fake_cell(recipe, model_dir, task, folder, seed):
@@ -77,6 +70,21 @@ def test_the_rate_is_chosen_on_the_selection_seed_and_the_seeds_run_at_it(settin
                 "f1": score / 100, "accuracy": 0.7, "score": score, "seconds": 2.0}
 
     monkeypatch.setattr(curve_finetune.pipeline, "finetune_cell", fake_cell)
+    return runs
+
+
+def test_the_rate_is_chosen_on_the_selection_seed_and_the_seeds_run_at_it(settings, tmp_path,
+                                                                          shared_data,
+                                                                          monkeypatch):
+    """Two rates: each model's grid runs on the selection seed alone, the reported seeds all at
+    the rate that scored best there (a different one for each model here)."""
+    work = tmp_path / "work"
+    curve.prepare_data(settings, work)
+    store = curve.open_store(work, settings)
+    store.put_pretrain("0.0006h", {"hours": 0.0006, "step": 3})
+    (work / "points" / "0.0006h").mkdir(parents=True)
+    best = {curve_finetune.RANDOM: 1e-4, "0.0006h": 1e-3}
+    runs = fake_cells(monkeypatch, best)
     ft = curve_finetune.FinetuneSettings(lr_grid=(1e-4, 1e-3), seeds=3)
     cells = curve_finetune.open_cells(work, ft)
     curve_finetune.finetune_points(store, cells, settings, ft, work, shared_data)
@@ -89,6 +97,39 @@ def test_the_rate_is_chosen_on_the_selection_seed_and_the_seeds_run_at_it(settin
         assert cells.data["cells"][f"{variant}/sst2/0"]["dev"] == {"f1": 0.8, "accuracy": 0.7}
     with pytest.raises(BertkitError, match="--points 0.0012h: not recorded yet"):
         curve_finetune.finetune_points(store, cells, settings, ft, work, shared_data, ["0.0012h"])
+
+
+def test_two_workers_share_the_cells(settings, tmp_path, shared_data, monkeypatch):
+    """A cell another worker holds is passed over; a rate-grid cell it holds is waited for (the
+    rate of every reported seed hangs on it) and its record used, never run twice."""
+    work = tmp_path / "work"
+    curve.prepare_data(settings, work)
+    store = curve.open_store(work, settings)
+    store.put_pretrain("0.0006h", {"hours": 0.0006, "step": 3})
+    (work / "points" / "0.0006h").mkdir(parents=True)
+    runs = fake_cells(monkeypatch, {curve_finetune.RANDOM: 1e-3, "0.0006h": 1e-3})
+    ft = curve_finetune.FinetuneSettings(lr_grid=(1e-4, 1e-3), seeds=3)
+    cells = curve_finetune.open_cells(work, ft)
+    grid_key = cells.key("random@lr0.0001", "sst2", ft.selection_seed)
+    waits = []
+
+    def the_other_records_its_grid_cell():
+        waits.append(len(runs))
+        curve_finetune.open_cells(work, ft).put(grid_key, {"lr": 1e-4, "score": 90.0})
+
+    monkeypatch.setattr(curve_finetune, "wait_for_another_worker", the_other_records_its_grid_cell)
+    claims = work / "cells" / "claims"
+    with held_elsewhere(claims / "random@lr0.0001-s100"), held_elsewhere(claims / "0.0006h-s1"):
+        left = curve_finetune.finetune_points(store, cells, settings, ft, work, shared_data)
+    assert waits == [1]  # once, after running the grid cell not held
+    assert ("random", 1e-4, ft.selection_seed) not in runs  # the other worker's, scored 90
+    assert [(lr, s) for v, lr, s in runs if v == "random" and s != ft.selection_seed] == [
+        (1e-4, 0), (1e-4, 1), (1e-4, 2)]  # at the rate its record chose
+    assert ("0.0006h", 1e-3, 1) not in runs and left == ["0.0006h/sst2/1"]
+    assert not cells.has("0.0006h/sst2/1") and cells.has("0.0006h/sst2/2")
+    # the claims are gone with their holders: a later sitting runs what was left
+    assert curve_finetune.finetune_points(store, cells, settings, ft, work, shared_data) == []
+    assert runs[-1] == ("0.0006h", 1e-3, 1)
 
 
 def test_a_report_never_replaces_files_it_did_not_write(tmp_path):

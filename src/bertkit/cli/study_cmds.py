@@ -69,13 +69,14 @@ def _sitting_options(p: argparse._ArgumentGroup) -> None:
 def _point_options(p: argparse._ArgumentGroup) -> None:
     p.add_argument("--finetune", action="store_true",
                    help="fine-tune the recorded points (and the random-init twin) instead of "
-                   "pre-training; run it beside a pre-training sitting (its own lock and file)")
+                   "pre-training; run it beside a pre-training sitting (its own file); a second "
+                   "--finetune on the other core shares the cells (each claims the one it runs)")
     p.add_argument("--finetune-task", choices=curve_finetune.WHOLE_TASKS, default=None,
                    metavar="TASK",
                    help="with --finetune: fine-tune on TASK's whole training set (one of "
                    f"{', '.join(curve_finetune.WHOLE_TASKS)}) instead of the SST-2 subset: the "
-                   "rows at the budgets that matter (choose them with --points); its own records "
-                   "and lock, so it runs beside the subset's sitting")
+                   "rows at the budgets that matter (choose them with --points); its own records, "
+                   "beside the subset's")
     p.add_argument("--finetune-dropout", type=float, default=None, metavar="P",
                    help="with --finetune: fine-tune the points and the twin with dropout P "
                    "(the curve pre-trains, and exports, without dropout, so by default they "
@@ -208,12 +209,11 @@ def run(args: argparse.Namespace) -> int:
             for line in curve.status_lines(store):
                 log.info("%s", line)
         return 0
-    if args.finetune:
-        with curve.sitting(work, "-".join(filter(None, ("finetune", ft.name)))):
-            torch.set_num_threads(settings.threads)
-            curve_finetune.finetune_points(curve.open_store(work, settings),
-                                           curve_finetune.open_cells(work, ft), settings, ft,
-                                           work, data_root(args.data), labels)
+    if args.finetune:  # (no sitting: workers on other cores share the cells, claimed one by one)
+        torch.set_num_threads(settings.threads)
+        curve_finetune.finetune_points(curve.open_store(work, settings),
+                                       curve_finetune.open_cells(work, ft), settings, ft, work,
+                                       data_root(args.data), labels)
         return 0
     with curve.sitting(work, "pretrain"):
         store = curve.open_store(work, settings)

@@ -15,11 +15,14 @@ as a Markdown table, a plot, and a block of docs/pretraining.md (`write_report`)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import itertools
 import json
 import logging
 import math
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +54,7 @@ from bertkit.studies.report import (
     write_block,
 )
 from bertkit.studies.results import ResultsStore
-from bertkit.studies.runner import machine
+from bertkit.studies.runner import Busy, hold, machine
 from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.finetune import FinetuneConfig, finetune_train_config
@@ -151,11 +154,20 @@ NOT_DEV = frozenset({"lr", "epochs", "final_loss", "train_seconds", "train_cpu_s
                      "seconds"})
 
 
+def wait_for_another_worker() -> None:
+    """The pause before a worker looks again whether another's rate-grid cell is recorded."""
+    time.sleep(30.0)
+
+
 def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSettings,
                     ft: FinetuneSettings, work: Path, data: Path,
-                    points: Sequence[str] | None = None) -> None:
+                    points: Sequence[str] | None = None) -> list[str]:
     """Fine-tune the random-init twin and every recorded point not yet done (of `points`, when
-    given): the lr grid on the selection seed, then the reported seeds at the chosen rate."""
+    given): the lr grid on the selection seed, then the reported seeds at the chosen rate.
+
+    Several workers (one a core) may share the cells: each claims a cell while it runs it
+    (`runner.hold`, dropped by the kernel when a worker dies) and passes over cells another
+    holds. Returns the keys it left to others."""
 
     labels = check_points(settings, points)
     missing = [p for p in points or () if store.pretrain_info(p) is None]
@@ -177,29 +189,53 @@ def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSet
                             progress=False), epochs=ft.epochs, max_seq_length=128,
                             max_train_examples=ft.train_examples, dropout=ft.dropout, **files)
 
-    def cell(variant: str, model_dir: Path, lr: float, seed: int) -> None:
+    def cell(variant: str, model_dir: Path, lr: float, seed: int) -> bool:
+        """Run the cell unless it is recorded; False when another worker holds it."""
         key = cells.key(variant, ft.task, seed)
         if cells.has(key):
-            return
-        folder = work / "cells" / "-".join(filter(None, (ft.name, variant, f"s{seed}")))
-        record = pipeline.finetune_cell(recipe.with_run("", lr=lr), model_dir, ft.task, folder,
-                                        seed)
-        shutil.rmtree(folder, ignore_errors=True)
-        # every dev metric the run reported, not only the headline (MRPC's accuracy beside its F1):
-        # its numbers outside the training part (`finetune.train_record`) and the cell's own
-        dev = {k: round(v, 4) for k, v in record.items()
-               if isinstance(v, float) and k not in NOT_DEV}
-        cells.put(key, {"lr": lr, "seed": seed, "score": round(record["score"], 3),
-                        "collapsed": bool(record.get("collapsed")), "dev": dev,
-                        "seconds": record["seconds"], "machine": machine()})
-        log.info("%s lr %g seed %d: %s %.1f", variant, lr, seed, ft.task, record["score"])
+            return True
+        name = "-".join(filter(None, (ft.name, variant, f"s{seed}")))
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(hold(work / "cells" / "claims" / name, f"cell {key}"))
+            except Busy:
+                return False
+            cells.reload()  # (recorded by another worker since this one looked)
+            if cells.has(key):
+                return True
+            folder = work / "cells" / name
+            record = pipeline.finetune_cell(recipe.with_run("", lr=lr), model_dir, ft.task,
+                                            folder, seed)
+            shutil.rmtree(folder, ignore_errors=True)
+            # every dev metric the run reported, not only the headline (MRPC's accuracy beside
+            # its F1): its numbers outside the training part (`finetune.train_record`) and the
+            # cell's own
+            dev = {k: round(v, 4) for k, v in record.items()
+                   if isinstance(v, float) and k not in NOT_DEV}
+            cells.put(key, {"lr": lr, "seed": seed, "score": round(record["score"], 3),
+                            "collapsed": bool(record.get("collapsed")), "dev": dev,
+                            "seconds": record["seconds"], "machine": machine()})
+            log.info("%s lr %g seed %d: %s %.1f", variant, lr, seed, ft.task, record["score"])
+        return True
 
+    left = []  # the cells another worker holds
     for variant, model_dir in models.items():
-        for lr in ft.lr_grid:
-            cell(grid_variant(variant, lr), model_dir, lr, ft.selection_seed)
+        # the grid decides the rate of every reported seed: wait for another worker's grid cell
+        # (or take it over, should that worker end without recording it)
+        for waited in itertools.count():
+            if all([cell(grid_variant(variant, lr), model_dir, lr, ft.selection_seed)
+                    for lr in ft.lr_grid]):
+                break
+            if not waited:
+                log.info("%s: waiting for another worker's rate-grid cell", variant)
+            wait_for_another_worker()
+            cells.reload()
         lr = selected_lr(cells, ft, variant)
-        for seed in range(ft.seeds):
-            cell(variant, model_dir, lr, seed)
+        left += [cells.key(variant, ft.task, seed) for seed in range(ft.seeds)
+                 if not cell(variant, model_dir, lr, seed)]
+    if left:
+        log.info("left to the worker that holds them: %s", ", ".join(left))
+    return left
 
 
 def gain(pre: Sequence[float], rnd: Sequence[float]) -> tuple[float, float]:

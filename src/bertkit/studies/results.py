@@ -87,11 +87,15 @@ class ResultsStore:
         sittings of a study (pre-training and a decay branch, say) write the same file, and
         each keeps the other's records (this store then holds them too)."""
         with updating(self.path):
-            if self.path.is_file():
-                on_disk = self._read()
-                self.data = {**on_disk, "settings": self.data["settings"]}
+            self.reload()
             self.data[section][key] = change(self.data[section].get(key))
             self._write()
+
+    def reload(self) -> None:
+        """Take in what other processes have recorded since (another worker's cells). The file
+        is only ever replaced whole (`atomic_write_text`), so a read needs no lock."""
+        if self.path.is_file():
+            self.data = {**self._read(), "settings": self.data["settings"]}
 
     def _write(self) -> None:
         atomic_write_text(self.path, json.dumps(self.data, indent=2, default=str) + "\n")
