@@ -369,30 +369,15 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
             log.info("this sitting's %.2f CPU-hours are used; the next one continues", hours_left)
             return spent
         before = run_cpu_seconds(work / "run")
-        at_step = at_steps.get(label)
-        if at_step is not None:
-            check_not_past(work / "run", label, at_step)
-        elif not fixed_steps and run_ended_at_a_point(store, settings, work, steps):
-            # (the probe over-measured the step: the run reached its horizon below this budget)
-            log.warning("%s: the run ended at step %d with %.0f CPU-s, below this budget's %.0f "
-                        "(its steps cost less than the probe measured); its end is recorded as "
-                        "an earlier point, so %s gets none", label, steps, before, hours * HOUR,
-                        label)
+        point = PointStop(label, hours, at_steps.get(label), fixed_steps)
+        if not point.can_take(store, settings, work, steps, before):
             continue
-        if at_step is None and not fixed_steps and before >= hours * HOUR:
-            raise BertkitError(
-                f"{work / 'run'}: already past the {label} budget ({before:.0f} of "
-                f"{hours * HOUR:.0f} CPU-s) with no record of {label} in {store.path.name}: a "
-                "sitting stopped between exporting the point and recording it, or the record "
-                "was lost. The point cannot be taken at its budget any more; continue the curve "
-                "in a new --work folder, or remove that budget from the study")
-        stop_at = min(math.inf if fixed_steps or at_step is not None else hours * HOUR,
-                      before + (hours_left * HOUR - spent))
+        stop_at = min(point.cpu_seconds, before + (hours_left * HOUR - spent))
         stop_at = None if math.isinf(stop_at) else stop_at
         cfg = run_config(settings, work, work / "run", steps, stop_at, phase2_steps=phase2_steps,
-                         stop_at_step=at_step)
+                         stop_at_step=point.at_step)
         log.info("pre-training to %s (%s; the run has %.0f CPU-s)", label,
-                 f"step {at_step}, as recorded" if at_step is not None else
+                 f"step {point.at_step}, as recorded" if point.at_step is not None else
                  f"{steps} steps" + (f" + {phase2_steps} at T = {settings.phase2_seq_length}"
                                      if phase2_steps else "")
                  if fixed_steps else f"{stop_at:.0f} CPU-s", before)
@@ -401,9 +386,7 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
         last_phase, last_step = ((work / "run" / "phase2", phase2_steps) if phase2_steps
                                  else (work / "run", steps))
         ended = result.output_dir == last_phase and result.step >= last_step
-        short = (result.step < at_step if at_step is not None else
-                 not ended and (fixed_steps or result.cpu_seconds < hours * HOUR))
-        if short:
+        if not point.reached(result, ended):
             continue  # stopped for the sitting's limit: the next check returns
         if result.checkpoint is not None and not phase2_steps and label not in branch_steps:
             keep_state(work, label, result.checkpoint)  # (a decay branch starts here)
@@ -414,6 +397,56 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
         record_point(store, work, label, work / "run", result, **extra)
         keep_branch_start(settings, work, steps, label, branch_steps.get(label))
     return spent
+
+
+@dataclass(frozen=True)
+class PointStop:
+    """Where the run stops for one budget point: at the step another run recorded it
+    (`at_step`: a reproduction), at the run's horizon in steps (`fixed_steps`: a recipe's run
+    sized for one budget), or else at the budget's CPU seconds (the curve)."""
+
+    label: str
+    hours: float
+    at_step: int | None = None
+    fixed_steps: bool = False
+
+    @property
+    def cpu_seconds(self) -> float:
+        """The run's CPU-second stop for the point (inf: it stops by steps)."""
+        return math.inf if self.fixed_steps or self.at_step is not None else self.hours * HOUR
+
+    def can_take(self, store: ResultsStore, settings: CurveSettings, work: Path, steps: int,
+                 before: float) -> bool:
+        """Whether the run (at `before` CPU seconds, `steps` its horizon) can still be taken to
+        the point: False (said) when it ended below a CPU budget; a run already past the point
+        with no record of it is an error."""
+        if self.at_step is not None:
+            check_not_past(work / "run", self.label, self.at_step)
+            return True
+        if self.fixed_steps:
+            return True
+        if run_ended_at_a_point(store, settings, work, steps):
+            # (the probe over-measured the step: the run reached its horizon below this budget)
+            log.warning("%s: the run ended at step %d with %.0f CPU-s, below this budget's %.0f "
+                        "(its steps cost less than the probe measured); its end is recorded as "
+                        "an earlier point, so %s gets none", self.label, steps, before,
+                        self.cpu_seconds, self.label)
+            return False
+        if before >= self.cpu_seconds:
+            raise BertkitError(
+                f"{work / 'run'}: already past the {self.label} budget ({before:.0f} of "
+                f"{self.cpu_seconds:.0f} CPU-s) with no record of {self.label} in "
+                f"{store.path.name}: a sitting stopped between exporting the point and recording "
+                "it, or the record was lost. The point cannot be taken at its budget any more; "
+                "continue the curve in a new --work folder, or remove that budget from the study")
+        return True
+
+    def reached(self, result: TrainResult, ended: bool) -> bool:
+        """Whether the run stopped at the point (`ended`: at its last step), not short of it
+        for the sitting's limit."""
+        if self.at_step is not None:
+            return result.step >= self.at_step
+        return ended or (not self.fixed_steps and result.cpu_seconds >= self.cpu_seconds)
 
 
 def check_not_past(run: Path, label: str, at_step: int) -> None:
