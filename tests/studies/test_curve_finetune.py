@@ -121,6 +121,11 @@ def test_two_workers_share_the_cells(settings, tmp_path, shared_data, monkeypatc
     claims = work / "cells" / "claims"
     with held_elsewhere(claims / "random@lr0.0001-s100"), held_elsewhere(claims / "0.0006h-s1"):
         left = curve_finetune.finetune_points(store, cells, settings, ft, work, shared_data)
+        running = curve_finetune.running_cells(work)  # (what --status says)
+    assert [line.split(" (")[0] for line in running] == [
+        "fine-tuning now: 0.0006h-s1", "fine-tuning now: random@lr0.0001-s100"]
+    assert all(" (pid " in line for line in running)
+    assert curve_finetune.running_cells(work) == []  # their holders ended
     assert waits == [1]  # once, after running the grid cell not held
     assert ("random", 1e-4, ft.selection_seed) not in runs  # the other worker's, scored 90
     assert [(lr, s) for v, lr, s in runs if v == "random" and s != ft.selection_seed] == [

@@ -273,6 +273,8 @@ def report_curve(args: argparse.Namespace, settings: curve.CurveSettings,
     """--status (print what is recorded) and --report DIR (the table, PNG and records)."""
     store = curve.open_store(work, settings)
     print("\n".join(curve.status_lines(store)) or f"{work}: nothing recorded yet")
+    for line in curve_finetune.running_cells(work):
+        print(line)
     rows = curve_finetune.curve_rows(store, curve_finetune.open_cells(work, ft), settings, ft,
                                      work if args.report else None)
     if rows:

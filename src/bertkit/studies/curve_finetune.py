@@ -54,7 +54,7 @@ from bertkit.studies.report import (
     write_block,
 )
 from bertkit.studies.results import ResultsStore
-from bertkit.studies.runner import Busy, hold, machine
+from bertkit.studies.runner import Busy, busy, hold, holder, machine
 from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.finetune import FinetuneConfig, finetune_train_config
@@ -236,6 +236,14 @@ def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSet
     if left:
         log.info("left to the worker that holds them: %s", ", ".join(left))
     return left
+
+
+def running_cells(work: Path) -> list[str]:
+    """The cells workers are running now (their claims held), each with its holder: for
+    --status."""
+    claims = work / "cells" / "claims"
+    held = sorted(c for c in claims.glob("*") if busy(c)) if claims.is_dir() else []
+    return [f"fine-tuning now: {c.name} ({holder(c)})" for c in held]
 
 
 def gain(pre: Sequence[float], rnd: Sequence[float]) -> tuple[float, float]:

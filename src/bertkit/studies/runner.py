@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bertkit.errors import BertkitError
-from bertkit.io import check_unlocked, lock_output_dir, release_output_dir
+from bertkit.io import LOCK_FILE, check_unlocked, lock_output_dir, release_output_dir
 from bertkit.training.hardware import cpu_info
 
 # The CPU flags that decide a CPU's speed class and what `--precision auto` picks on it.
@@ -134,6 +134,14 @@ def busy(folder: str | os.PathLike) -> bool:
     except BertkitError:
         return True
     return False
+
+
+def holder(folder: str | os.PathLike) -> str:
+    """Who holds `folder` (its lock file's line: "pid N on HOST since T"), for a status."""
+    try:
+        return (Path(folder) / LOCK_FILE).read_text(encoding="utf-8").strip() or "held"
+    except OSError:
+        return "held"
 
 
 class Job(Protocol):
