@@ -5,6 +5,7 @@ baseline."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -100,8 +101,9 @@ def test_the_rate_is_chosen_on_the_selection_seed_and_the_seeds_run_at_it(settin
 
 
 def test_two_workers_share_the_cells(settings, tmp_path, shared_data, monkeypatch):
-    """A cell another worker holds is passed over; a rate-grid cell it holds is waited for (the
-    rate of every reported seed hangs on it) and its record used, never run twice."""
+    """Cells another worker holds are passed over and looked at again: one it records is never
+    run twice (nor one it recorded since this worker read the records), a rate-grid cell's
+    record decides the seeds' rate, and a cell whose holder ended unrecorded is taken over."""
     work = tmp_path / "work"
     curve.prepare_data(settings, work)
     store = curve.open_store(work, settings)
@@ -110,31 +112,33 @@ def test_two_workers_share_the_cells(settings, tmp_path, shared_data, monkeypatc
     runs = fake_cells(monkeypatch, {curve_finetune.RANDOM: 1e-3, "0.0006h": 1e-3})
     ft = curve_finetune.FinetuneSettings(lr_grid=(1e-4, 1e-3), seeds=3)
     cells = curve_finetune.open_cells(work, ft)
-    grid_key = cells.key("random@lr0.0001", "sst2", ft.selection_seed)
-    waits = []
-
-    def the_other_records_its_grid_cell():
-        waits.append(len(runs))
-        curve_finetune.open_cells(work, ft).put(grid_key, {"lr": 1e-4, "score": 90.0})
-
-    monkeypatch.setattr(curve_finetune, "wait_for_another_worker", the_other_records_its_grid_cell)
+    other = curve_finetune.open_cells(work, ft)  # the other worker's view of the records
+    other.put(cells.key("random@lr0.001", "sst2", 100), {"lr": 1e-3, "score": 50.0})
     claims = work / "cells" / "claims"
-    with held_elsewhere(claims / "random@lr0.0001-s100"), held_elsewhere(claims / "0.0006h-s1"):
-        left = curve_finetune.finetune_points(store, cells, settings, ft, work, shared_data)
-        running = curve_finetune.running_cells(work)  # (what --status says)
+    waits, running = [], []
+    with contextlib.ExitStack() as grid_holder, contextlib.ExitStack() as seed_holder:
+        grid_holder.enter_context(held_elsewhere(claims / "random@lr0.0001-s100"))
+        seed_holder.enter_context(held_elsewhere(claims / "0.0006h-s1"))
+
+        def the_other_worker_moves_on():  # (the waiting worker's pause)
+            assert len(waits) < 3, "the worker waits on cells already settled"
+            waits.append(len(runs))
+            running.extend(curve_finetune.running_cells(work))  # (what --status says)
+            other.put(cells.key("random@lr0.0001", "sst2", 100), {"lr": 1e-4, "score": 90.0})
+            seed_holder.close()  # this holder ends without recording its cell
+
+        monkeypatch.setattr(curve_finetune, "wait_for_another_worker", the_other_worker_moves_on)
+        curve_finetune.finetune_points(store, cells, settings, ft, work, shared_data)
+    assert waits == [4]  # once, after 0.0006h's grid and its seeds 0 and 2
     assert [line.split(" (")[0] for line in running] == [
         "fine-tuning now: 0.0006h-s1", "fine-tuning now: random@lr0.0001-s100"]
     assert all(" (pid " in line for line in running)
-    assert curve_finetune.running_cells(work) == []  # their holders ended
-    assert waits == [1]  # once, after running the grid cell not held
-    assert ("random", 1e-4, ft.selection_seed) not in runs  # the other worker's, scored 90
-    assert [(lr, s) for v, lr, s in runs if v == "random" and s != ft.selection_seed] == [
-        (1e-4, 0), (1e-4, 1), (1e-4, 2)]  # at the rate its record chose
-    assert ("0.0006h", 1e-3, 1) not in runs and left == ["0.0006h/sst2/1"]
-    assert not cells.has("0.0006h/sst2/1") and cells.has("0.0006h/sst2/2")
-    # the claims are gone with their holders: a later sitting runs what was left
-    assert curve_finetune.finetune_points(store, cells, settings, ft, work, shared_data) == []
-    assert runs[-1] == ("0.0006h", 1e-3, 1)
+    # the twin's grid is the other worker's; its seeds run at the rate its records chose
+    assert [(lr, s) for v, lr, s in runs if v == "random"] == [(1e-4, 0), (1e-4, 1), (1e-4, 2)]
+    assert [(lr, s) for v, lr, s in runs if v == "0.0006h"] == [
+        (1e-4, 100), (1e-3, 100), (1e-3, 0), (1e-3, 2), (1e-3, 1)]  # seed 1 taken over
+    assert all(cells.has(cells.key(v, "sst2", s)) for v in ("random", "0.0006h") for s in range(3))
+    assert curve_finetune.running_cells(work) == []
 
 
 def test_a_report_never_replaces_files_it_did_not_write(tmp_path):

@@ -86,7 +86,7 @@ class FinetuneSettings:
     @property
     def name(self) -> str:
         """The settings' records (`cells.json` for the SST-2 subset, `cells-TASK.json` for a
-        whole task, `-dropoutP` added for a dropout of P), their sitting and their run folders
+        whole task, `-dropoutP` added for a dropout of P), their claims and their run folders
         are named after this."""
         parts = ([] if self.train_examples is not None else [self.task]) + (
             [] if self.dropout is None else [f"dropout{self.dropout:g}"])
@@ -112,7 +112,7 @@ def baseline(settings: CurveSettings) -> str:
 
 
 def open_cells(work: Path, settings: FinetuneSettings) -> ResultsStore:
-    """The fine-tuning records: a store of their own, so that the fine-tuning sitting and the
+    """The fine-tuning records: a store of their own, so that the fine-tuning workers and the
     pre-training sitting each write only their own file."""
     suffix = f"-{settings.name}" if settings.name else ""
     return ResultsStore(work / f"cells{suffix}.json", dataclasses.asdict(settings),
@@ -161,13 +161,13 @@ def wait_for_another_worker() -> None:
 
 def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSettings,
                     ft: FinetuneSettings, work: Path, data: Path,
-                    points: Sequence[str] | None = None) -> list[str]:
+                    points: Sequence[str] | None = None) -> None:
     """Fine-tune the random-init twin and every recorded point not yet done (of `points`, when
     given): the lr grid on the selection seed, then the reported seeds at the chosen rate.
 
     Several workers (one a core) may share the cells: each claims a cell while it runs it
-    (`runner.hold`, dropped by the kernel when a worker dies) and passes over cells another
-    holds. Returns the keys it left to others."""
+    (`runner.hold`, dropped by the kernel when a worker dies), passes over cells another
+    holds and returns once every cell is recorded."""
 
     labels = check_points(settings, points)
     missing = [p for p in points or () if store.pretrain_info(p) is None]
@@ -218,24 +218,27 @@ def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSet
             log.info("%s lr %g seed %d: %s %.1f", variant, lr, seed, ft.task, record["score"])
         return True
 
-    left = []  # the cells another worker holds
-    for variant, model_dir in models.items():
-        # the grid decides the rate of every reported seed: wait for another worker's grid cell
-        # (or take it over, should that worker end without recording it)
-        for waited in itertools.count():
-            if all([cell(grid_variant(variant, lr), model_dir, lr, ft.selection_seed)
-                    for lr in ft.lr_grid]):
-                break
-            if not waited:
-                log.info("%s: waiting for another worker's rate-grid cell", variant)
-            wait_for_another_worker()
-            cells.reload()
-        lr = selected_lr(cells, ft, variant)
-        left += [cells.key(variant, ft.task, seed) for seed in range(ft.seeds)
-                 if not cell(variant, model_dir, lr, seed)]
-    if left:
-        log.info("left to the worker that holds them: %s", ", ".join(left))
-    return left
+    # Passes over every model until all its cells are recorded: a pass runs each cell no other
+    # worker holds, a model's seeds once its grid is recorded (the grid decides their rate); a
+    # cell held elsewhere is looked at again in the next pass, and taken over should its holder
+    # end without recording it.
+    for waited in itertools.count():
+        pending = []
+        for variant, model_dir in models.items():
+            if not all([cell(grid_variant(variant, lr), model_dir, lr, ft.selection_seed)
+                        for lr in ft.lr_grid]):
+                pending.append(variant)
+                continue
+            lr = selected_lr(cells, ft, variant)
+            if not all([cell(variant, model_dir, lr, seed) for seed in range(ft.seeds)]):
+                pending.append(variant)
+        if not pending:
+            return
+        if waited % 20 == 0:  # (every 10 minutes: a holder stopped, not ended, waits forever)
+            log.info("waiting for cells of %s that other workers run: %s", ", ".join(pending),
+                     "; ".join(running_cells(work)) or "(just recorded)")
+        wait_for_another_worker()
+        cells.reload()
 
 
 def running_cells(work: Path) -> list[str]:
