@@ -155,7 +155,8 @@ NOT_DEV = frozenset({"lr", "epochs", "final_loss", "train_seconds", "train_cpu_s
 
 
 def wait_for_another_worker() -> None:
-    """The pause before a worker looks again whether another's rate-grid cell is recorded."""
+    """The pause before a worker looks again at the cells other workers hold (recorded yet, or
+    left by a holder that ended)."""
     time.sleep(30.0)
 
 
