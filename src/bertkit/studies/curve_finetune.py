@@ -54,7 +54,7 @@ from bertkit.studies.report import (
     write_block,
 )
 from bertkit.studies.results import ResultsStore
-from bertkit.studies.runner import Busy, busy, hold, holder, machine
+from bertkit.studies.runner import busy, hold, holder, machine, take
 from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.finetune import FinetuneConfig, finetune_train_config
@@ -160,6 +160,45 @@ def wait_for_another_worker() -> None:
     time.sleep(30.0)
 
 
+@dataclass(frozen=True)
+class CellRunner:
+    """Runs the cells of one fine-tuning recipe (a model at a rate and seed), each claimed while
+    it runs so that several workers share them."""
+
+    cells: ResultsStore
+    ft: FinetuneSettings
+    recipe: FinetuneConfig  # the fine-tuning run, less its rate
+    work: Path  # the curve's work folder: the cells' claims and run folders under cells/
+
+    def run(self, variant: str, model_dir: Path, lr: float, seed: int) -> bool:
+        """Run the cell unless it is recorded; False when another worker holds it."""
+        cells, ft = self.cells, self.ft
+        key = cells.key(variant, ft.task, seed)
+        if cells.has(key):
+            return True
+        name = "-".join(filter(None, (ft.name, variant, f"s{seed}")))
+        with contextlib.ExitStack() as held:
+            if take(held, hold(self.work / "cells" / "claims" / name, f"cell {key}")):
+                return False
+            cells.reload()  # (recorded by another worker since this one looked)
+            if cells.has(key):
+                return True
+            folder = self.work / "cells" / name
+            record = pipeline.finetune_cell(self.recipe.with_run("", lr=lr), model_dir, ft.task,
+                                            folder, seed)
+            shutil.rmtree(folder, ignore_errors=True)
+            # every dev metric the run reported, not only the headline (MRPC's accuracy beside
+            # its F1): its numbers outside the training part (`finetune.train_record`) and the
+            # cell's own
+            dev = {k: round(v, 4) for k, v in record.items()
+                   if isinstance(v, float) and k not in NOT_DEV}
+            cells.put(key, {"lr": lr, "seed": seed, "score": round(record["score"], 3),
+                            "collapsed": bool(record.get("collapsed")), "dev": dev,
+                            "seconds": record["seconds"], "machine": machine()})
+            log.info("%s lr %g seed %d: %s %.1f", variant, lr, seed, ft.task, record["score"])
+        return True
+
+
 def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSettings,
                     ft: FinetuneSettings, work: Path, data: Path,
                     points: Sequence[str] | None = None) -> None:
@@ -189,35 +228,7 @@ def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSet
     recipe = FinetuneConfig(ft.task, "", "", train=finetune_train_config(precision="fp32",
                             progress=False), epochs=ft.epochs, max_seq_length=128,
                             max_train_examples=ft.train_examples, dropout=ft.dropout, **files)
-
-    def cell(variant: str, model_dir: Path, lr: float, seed: int) -> bool:
-        """Run the cell unless it is recorded; False when another worker holds it."""
-        key = cells.key(variant, ft.task, seed)
-        if cells.has(key):
-            return True
-        name = "-".join(filter(None, (ft.name, variant, f"s{seed}")))
-        with contextlib.ExitStack() as held:
-            try:
-                held.enter_context(hold(work / "cells" / "claims" / name, f"cell {key}"))
-            except Busy:
-                return False
-            cells.reload()  # (recorded by another worker since this one looked)
-            if cells.has(key):
-                return True
-            folder = work / "cells" / name
-            record = pipeline.finetune_cell(recipe.with_run("", lr=lr), model_dir, ft.task,
-                                            folder, seed)
-            shutil.rmtree(folder, ignore_errors=True)
-            # every dev metric the run reported, not only the headline (MRPC's accuracy beside
-            # its F1): its numbers outside the training part (`finetune.train_record`) and the
-            # cell's own
-            dev = {k: round(v, 4) for k, v in record.items()
-                   if isinstance(v, float) and k not in NOT_DEV}
-            cells.put(key, {"lr": lr, "seed": seed, "score": round(record["score"], 3),
-                            "collapsed": bool(record.get("collapsed")), "dev": dev,
-                            "seconds": record["seconds"], "machine": machine()})
-            log.info("%s lr %g seed %d: %s %.1f", variant, lr, seed, ft.task, record["score"])
-        return True
+    cell = CellRunner(cells, ft, recipe, work).run
 
     # Passes over every model until all its cells are recorded: a pass runs each cell no other
     # worker holds, a model's seeds once its grid is recorded (the grid decides their rate); a

@@ -43,7 +43,7 @@ from bertkit.studies.report import (
     save_figure,
     write_block,
 )
-from bertkit.studies.runner import Busy, busy
+from bertkit.studies.runner import busy, take
 from bertkit.tokenization import BertTokenizer
 
 log = logging.getLogger(__name__)
@@ -193,12 +193,10 @@ def base_measuring(base: curve.CurveSettings, budget_hours: float, work: Path) -
 
 def _take(held: contextlib.ExitStack, folder: Path, part: str, name: str) -> bool:
     """Take the variant's `part` sitting into `held`; False (said) when another process has it."""
-    try:
-        held.enter_context(curve.sitting(folder, part))
-    except Busy as err:
-        log.warning("recipe %s: %s; left to it, on to the next variant", name, err)
-        return False
-    return True
+    busy_elsewhere = take(held, curve.sitting(folder, part))
+    if busy_elsewhere:
+        log.warning("recipe %s: %s; left to it, on to the next variant", name, busy_elsewhere)
+    return busy_elsewhere is None
 
 
 def recipe_rows(base: curve.CurveSettings, budget_hours: float, names: Sequence[str],

@@ -136,6 +136,18 @@ def busy(folder: str | os.PathLike) -> bool:
     return False
 
 
+def take(held: contextlib.ExitStack, claim: contextlib.AbstractContextManager[None]
+         ) -> Busy | None:
+    """Enter `claim` (a `hold`) into `held`, so that it is released with the stack; the `Busy`
+    it raised when another process holds it (None when taken): for a caller that passes over
+    what another process runs instead of stopping."""
+    try:
+        held.enter_context(claim)
+    except Busy as err:
+        return err
+    return None
+
+
 def holder(folder: str | os.PathLike) -> str:
     """Who holds `folder` (its lock file's line: "pid N on HOST since T"), for a status."""
     try:
