@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.studies import cooldown, curve, curve_finetune
+from bertkit.studies import cooldown, curve, curve_finetune, curve_points
 from bertkit.training.optim import lr_at
 from bertkit.training.state import list_checkpoints
 from tests.studies.conftest import BUDGETS
@@ -24,7 +24,7 @@ def study(settings, tmp_path):
     curve.prepare_data(settings, work)
     store = curve.open_store(work, settings)
     # one sitting that stops at the first point: the run's latest state is that point's
-    curve.pretrain_points(store, settings, work, hours_left=BUDGETS[0])
+    curve_points.pretrain_points(store, settings, work, hours_left=BUDGETS[0])
     assert store.pretrain_info("0.0012h") is None
     return settings, work, store
 
@@ -54,7 +54,8 @@ def test_a_branch_anneals_the_run_from_the_state_kept_at_a_point(study):
     rows = curve_finetune.curve_rows(store, curve_finetune.open_cells(work, ft), settings, ft)
     assert [r["budget"] for r in rows] == ["0.0006h", "0.0006h+cool"]
     assert any(line.startswith("0.0006h+cool: step") for line in curve.status_lines(store))
-    curve.pretrain_points(store, settings, work)  # the run to its end: the last point's rate is 0
+    # the run to its end: the last point's rate is 0
+    curve_points.pretrain_points(store, settings, work)
     with pytest.raises(BertkitError, match="0.0012h: the run's end"):
         cooldown.branch_points(store, settings, work, ["0.0012h"])
 
@@ -68,7 +69,7 @@ def test_a_study_begun_before_states_were_kept_branches_from_the_runs_state(stud
     # once the run has ended, its branch cannot start from the run's last state, however near
     # the point (a short run's end can lie within the slack: the rate there is 0, nothing to
     # anneal from)
-    curve.pretrain_points(store, settings, work)
+    curve_points.pretrain_points(store, settings, work)
     monkeypatch.setattr(cooldown, "SLACK_STEPS", 10**6)
     shutil.rmtree(work / "branches")
     study = json.loads((work / "study.json").read_text())

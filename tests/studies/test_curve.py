@@ -1,6 +1,6 @@
-"""The pre-training budget curve: points at CPU-second budgets from one resumable run, sittings
-that stop and continue, the lock, continued pre-training and its corpus, the bf16 curve's
-records. (Fine-tuning the points and the report: test_curve_finetune.py.)"""
+"""The pre-training budget curve: its records and settings, the lock on a sitting, continued
+pre-training and its corpus, the bf16 curve's records. (Taking the points off the run:
+test_curve_points.py; fine-tuning the points and the report: test_curve_finetune.py.)"""
 
 from __future__ import annotations
 
@@ -12,70 +12,10 @@ import multiprocessing
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.studies import curve, curve_finetune
-from tests.studies.conftest import BUDGETS, STEP_CPU_SECONDS
+from bertkit.studies import curve, curve_points
+from tests.studies.conftest import BUDGETS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def test_points_at_cpu_budgets_across_sittings(settings, tmp_path):
-    work = tmp_path / "work"
-    curve.prepare_data(settings, work)
-    store = curve.open_store(work, settings)
-    # a sitting allowed a sliver of CPU time stops before the first budget and records nothing
-    curve.pretrain_points(store, settings, work, hours_left=1e-7)
-    assert store.pretrain_info("0.0006h") is None
-    assert store.pretrain_info("horizon")["steps"] >= 100
-    curve.pretrain_points(store, settings, work)  # the next sitting goes on to the end
-    first, last = (store.pretrain_info(curve.budget_label(h)) for h in BUDGETS)
-    horizon = store.pretrain_info("horizon")["steps"]
-    assert horizon == int(BUDGETS[-1] * 3600 / STEP_CPU_SECONDS)  # the probe read the clock
-    assert (first["step"], last["step"]) == (80, horizon)  # the first log line past 72; the end
-    assert first["cpu_seconds"] >= BUDGETS[0] * 3600 and last["cpu_seconds"] > first["cpu_seconds"]
-    assert 0 < first["step"] < last["step"] and first["tokens_seen"] < last["tokens_seen"]
-    assert 0 <= first["eval_mlm_acc"] <= 1 and first["machine"]["cores"] >= 1
-    assert (work / "points" / "0.0006h" / "config.json").is_file()
-    # the export has its MLM head
-    guesses = curve_finetune.first_guesses(work / "points" / "0.0006h")
-    assert len(guesses) == 5 and all(isinstance(g, str) and g for g in guesses)
-    # a later sitting with the same settings finds nothing to do; other settings are refused
-    recorded = (work / "study.json").read_bytes()
-    assert curve.pretrain_points(curve.open_store(work, settings), settings, work) == 0.0
-    assert (work / "study.json").read_bytes() == recorded
-    with pytest.raises(BertkitError, match="other settings"):
-        curve.open_store(work, curve.CurveSettings(**{**settings.__dict__, "lr": 5e-4}))
-    lines = curve.status_lines(store)
-    assert lines[0].startswith("horizon:") and lines[1].startswith("0.0006h: step")
-
-
-def test_a_run_that_ends_below_a_budget_records_its_end_once(settings, tmp_path, caplog):
-    """A probe that over-measured the step: the run reaches its horizon below the budgets'
-    CPU seconds. Its end is the first such budget's point; a later budget is not the same
-    model recorded again."""
-    work = tmp_path / "work"
-    curve.prepare_data(settings, work)
-    store = curve.open_store(work, settings)
-    store.put_pretrain("horizon", {"steps": 60, "cpu_seconds_per_step": 0.03})  # 1.8 CPU-s
-    curve.pretrain_points(store, settings, work)
-    assert store.pretrain_info("0.0006h")["step"] == 60
-    assert store.pretrain_info("0.0012h") is None
-    assert "the run ended at step 60" in caplog.text and "0.0012h gets none" in caplog.text
-    assert curve.pretrain_points(store, settings, work) == 0.0  # and so in every later sitting
-    assert store.pretrain_info("0.0012h") is None
-
-
-def test_a_budget_passed_without_its_record_is_refused(settings, tmp_path):
-    """A sitting killed between exporting a point and recording it: the run is past the budget,
-    and training on would take the point at the wrong step."""
-    work = tmp_path / "work"
-    curve.prepare_data(settings, work)
-    store = curve.open_store(work, settings)
-    curve.pretrain_points(store, settings, work)
-    study = json.loads((work / "study.json").read_text())
-    del study["pretrain"]["0.0006h"], study["pretrain"]["0.0012h"]
-    (work / "study.json").write_text(json.dumps(study))
-    with pytest.raises(BertkitError, match="already past the 0.0006h budget"):
-        curve.pretrain_points(curve.open_store(work, settings), settings, work)
 
 
 def test_two_sittings_writing_one_file_keep_each_others_records(settings, tmp_path):
@@ -147,7 +87,7 @@ def test_continued_pretraining_starts_from_the_model(settings, tmp_path):
     assert (work / "vocab" / "vocab.txt").read_text() == (init / "vocab.txt").read_text()
     store = curve.open_store(work, cont)
     assert store.data["settings"]["init"] == str(init)
-    curve.pretrain_points(store, cont, work)
+    curve_points.pretrain_points(store, cont, work)
     point = work / "points" / curve.budget_label(BUDGETS[0])
     from bertkit.checkpoint import read_state_dict
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.studies import curve, curve_finetune, recipes
+from bertkit.studies import curve, curve_finetune, curve_points, recipes
 from bertkit.studies.report import pyplot
 from bertkit.training.state import saved_cost
 from tests.helpers import held_elsewhere, small_glue
@@ -118,7 +118,7 @@ def test_a_two_phase_variant_spends_its_share_at_the_bases_length(shared_data, t
         curve.prepare_data(settings, folder)
         if name != "base":
             store.put_pretrain("horizon", recipes.variant_horizon(base, budget, name, work))
-        curve.pretrain_points(store, settings, folder, fixed_steps=True)
+        curve_points.pretrain_points(store, settings, folder, fixed_steps=True)
     horizon = store.pretrain_info("horizon")
     assert horizon["phase2_steps"] == 10  # 10% of the base's 100 steps
     assert abs(horizon["steps"] - max(100, round(90 / horizon["relative_cost"]))) <= 1

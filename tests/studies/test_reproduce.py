@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.studies import cooldown, curve, reproduce
+from bertkit.studies import cooldown, curve, curve_points, reproduce
+from bertkit.training.state import list_checkpoints
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -29,7 +30,7 @@ def test_a_reproduction_takes_each_point_at_its_recorded_step(settings, tmp_path
     first = tmp_path / "first"
     curve.prepare_data(settings, first)
     store = curve.open_store(first, settings)
-    curve.pretrain_points(store, settings, first)
+    curve_points.pretrain_points(store, settings, first)
     plan = reproduce.curve_plan(store)
     assert plan["point_steps"] == {"0.0006h": 80, "0.0012h": 143} and plan["steps"] == 143
     report = {"settings": dataclasses.asdict(settings), "plan": plan,
@@ -41,7 +42,7 @@ def test_a_reproduction_takes_each_point_at_its_recorded_step(settings, tmp_path
     curve.prepare_data(settings, same)
     again = curve.open_store(same, settings)
     reproduce.adopt_plan(again, settings, json.loads(json.dumps(report, default=str)), "r.json")
-    curve.pretrain_points(again, settings, same)
+    curve_points.pretrain_points(again, settings, same)
     for label in ("0.0006h", "0.0012h"):
         ours, theirs = (load_file(w / "points" / label / "model.safetensors")
                         for w in (same, first))
@@ -56,9 +57,9 @@ def test_a_reproduction_takes_each_point_at_its_recorded_step(settings, tmp_path
     other = curve.open_store(work, settings)
     reproduce.adopt_plan(other, settings, moved, "m.json")
     reproduce.adopt_plan(other, settings, moved, "m.json")  # the same plan again: continues
-    curve.pretrain_points(other, settings, work, hours_left=1e-7)  # a sitting's sliver
+    curve_points.pretrain_points(other, settings, work, hours_left=1e-7)  # a sitting's sliver
     assert other.pretrain_info("0.0006h") is None
-    curve.pretrain_points(other, settings, work)
+    curve_points.pretrain_points(other, settings, work)
     assert [other.pretrain_info(x)["step"] for x in ("0.0006h", "0.0012h")] == [50, 100]
     assert other.pretrain_info("horizon")["steps"] == 143  # the same schedule
     with pytest.raises(BertkitError, match="point_steps differ from r.json's"):
@@ -87,7 +88,7 @@ def test_a_reproduction_takes_each_point_at_its_recorded_step(settings, tmp_path
     study["pretrain"]["horizon"]["point_steps"]["0.0012h"] = 90  # behind the run's 100
     (work / "study.json").write_text(json.dumps(study))
     with pytest.raises(BertkitError, match="past 0.0012h's recorded step 90"):
-        curve.pretrain_points(curve.open_store(work, settings), settings, work)
+        curve_points.pretrain_points(curve.open_store(work, settings), settings, work)
 
 
 def test_a_branch_that_began_past_its_point_is_reproduced_from_there(settings, tmp_path):
@@ -105,9 +106,9 @@ def test_a_branch_that_began_past_its_point_is_reproduced_from_there(settings, t
     plan = reproduce.report_plan(report, "r.json")
     assert plan["branch_steps"] == {"0.0006h": 43}  # 43 + round(0.2 x 43) = 52; 40 + 8 = 48
     reproduce.adopt_plan(store, settings, report, "r.json")
-    curve.pretrain_points(store, settings, work)
+    curve_points.pretrain_points(store, settings, work)
     assert store.pretrain_info("0.0006h")["step"] == 40
-    assert [s for s, _ in curve.list_checkpoints(work / "branches" / "0.0006h")] == [43]
+    assert [s for s, _ in list_checkpoints(work / "branches" / "0.0006h")] == [43]
     cooldown.branch_points(store, settings, work, ["0.0006h"])
     branch = store.pretrain_info("0.0006h+cool")
     assert (branch["from_step"], branch["step"]) == (43, 52)

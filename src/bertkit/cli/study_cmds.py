@@ -13,7 +13,7 @@ from bertkit.cli.common import data_root
 from bertkit.config import PRESETS
 from bertkit.errors import BertkitError
 from bertkit.io import read_json_object
-from bertkit.studies import cooldown, curve, curve_finetune, recipes, reproduce
+from bertkit.studies import cooldown, curve, curve_finetune, curve_points, recipes, reproduce
 from bertkit.studies.report import check_report_target
 from bertkit.tasks.glue import GLUE_TASKS
 from bertkit.training.pretrain_recipes import RECIPES, recipe_help
@@ -225,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
             log.info("%s", line)
         torch.set_num_threads(settings.threads)
         curve.prepare_data(settings, work)
-        curve.pretrain_points(store, settings, work, hours_left=args.hours)
+        curve_points.pretrain_points(store, settings, work, hours_left=args.hours)
         for line in curve.status_lines(store):
             log.info("%s", line)
     return 0

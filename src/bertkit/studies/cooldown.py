@@ -2,7 +2,7 @@
 
 The curve reads each point off one long run whose rate decays over the whole horizon, so at an
 early budget the rate is still near its peak: an export that no run sized for that budget would
-make. A branch continues the run from the state kept at a point (`curve.keep_state`) for
+make. A branch continues the run from the state kept at a point (`curve_points.keep_state`) for
 `FRACTION` more steps while the rate falls linearly from where the run had it to 0 (the
 "cooldown" of Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed
 Training Durations": a constant or slowly decaying rate plus a short final decay matches a
@@ -28,11 +28,10 @@ from bertkit.studies.curve import (
     BRANCH,
     CurveSettings,
     check_points,
-    keep_state,
-    record_point,
     run_config,
     sitting,
 )
+from bertkit.studies.curve_points import keep_state, record_point
 from bertkit.studies.results import ResultsStore
 from bertkit.training.optim import lr_at
 from bertkit.training.pretrain import PRETRAIN_MARKER, run_pretraining

@@ -1,6 +1,6 @@
 """Fine-tuning the pre-training curve's points, and the curve's report (docs/pretraining.md).
 
-Each point `curve.pretrain_points` recorded (and each decay branch, `cooldown`) is fine-tuned
+Each point `curve_points.pretrain_points` recorded (and each decay branch, `cooldown`) is fine-tuned
 beside the same architecture from random initialization (or, for continued pre-training, the
 --init model as it came): on the SST-2 subset, or on a whole task's training set
 (`FinetuneSettings.whole`), each model at the best rate of its own grid chosen on a selection

@@ -33,7 +33,7 @@ from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text
-from bertkit.studies import curve, curve_finetune
+from bertkit.studies import curve, curve_finetune, curve_points
 from bertkit.studies.report import (
     check_report_target,
     format_gain,
@@ -175,7 +175,7 @@ def run_recipes(base: curve.CurveSettings, budget_hours: float, names: Sequence[
             curve.prepare_data(settings, folder)
             if name != "base" and store.pretrain_info("horizon") is None:
                 store.put_pretrain("horizon", variant_horizon(base, budget_hours, name, work))
-            hours_left -= curve.pretrain_points(store, settings, folder, hours_left,
+            hours_left -= curve_points.pretrain_points(store, settings, folder, hours_left,
                                                 fixed_steps=True) / curve.HOUR
         with contextlib.ExitStack() as held:
             if _take(held, folder, "finetune", name):

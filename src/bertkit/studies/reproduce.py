@@ -5,7 +5,7 @@ the same one under another load) spends at the same step. Its report therefore c
 (`curve_plan`): the horizon (the lr schedule's steps) and the step each budget point was
 recorded at, and where a decay branch began when that was not the point's own step. A new work
 folder begun from the plan (`adopt_plan`) takes each point at its recorded step
-(`TrainConfig.stop_at_step`, in `curve.pretrain_points`): data and training are seeded
+(`TrainConfig.stop_at_step`, in `curve_points.pretrain_points`): data and training are seeded
 functions, so on the same CPU class and thread count the points are the recorded models, and
 elsewhere the same recipe at the same steps. The work folder a curve ran in is not kept by
 every machine (docs/studies.md); the committed report is.
