@@ -150,8 +150,8 @@ def test_a_report_rewritten_from_a_reproduction_keeps_the_rows_it_has_not_scored
     rows = [_row("0.25h", 520), _row("0.5h", 1000, [90.0, 91.0])]  # 0.5h scored again here
     tasks = [_row("0.5h", 1000, [62.0, 63.0], task="stsb")]
     status = ["horizon: 9 steps; reproducing", "0.25h: step 520, new", "0.5h: step 1000, new"]
-    rows, tasks, status = reproduce.keep_earlier_rows(earlier, settings, rows, tasks, status,
-                                                      "e.json")
+    here = rows, tasks, status  # this folder's
+    rows, tasks, status = reproduce.keep_earlier_rows(earlier, settings, *here, "e.json")
     assert [(r["budget"], r["scores"]) for r in rows] == [
         ("0.25h", [68.0, 69.0]), ("0.5h", [90.0, 91.0]), ("1h", [70.0, 71.0])]
     assert [(t["task"], t["budget"], t["scores"]) for t in tasks] == [
@@ -160,6 +160,9 @@ def test_a_report_rewritten_from_a_reproduction_keeps_the_rows_it_has_not_scored
                       "0.5h: step 1000, new", "1h: step 1980, old",
                       "kept from the earlier report (not fine-tuned in this work folder): the "
                       "rows of 0.25h, 1h and 1 whole-task or other-recipe row(s)"]
+    # the next report rewritten from that one: the same rows, what was kept said once
+    written = {"settings": earlier["settings"], "rows": rows, "tasks": tasks, "status": status}
+    assert reproduce.keep_earlier_rows(written, settings, *here, "e.json") == (rows, tasks, status)
     with pytest.raises(BertkitError, match="its 0.5h is step 1000, this study's is step 990"):
         reproduce.keep_earlier_rows(earlier, settings, [_row("0.5h", 990)], [], [], "e.json")
     with pytest.raises(BertkitError, match="a report of other settings"):

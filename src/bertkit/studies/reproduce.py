@@ -134,6 +134,9 @@ def adopt_plan(store: ResultsStore, settings: CurveSettings, report: dict[str, A
                                "its plan continues without --reproduce)")
 
 
+KEPT = "kept from the earlier report"  # the status line that says what a report kept
+
+
 def keep_earlier_rows(earlier: dict[str, Any], settings: CurveSettings, rows: list[dict],
                       tasks: list[dict], status: list[str], source: str
                       ) -> tuple[list[dict], list[dict], list[str]]:
@@ -169,12 +172,14 @@ def keep_earlier_rows(earlier: dict[str, Any], settings: CurveSettings, rows: li
     extra = [t for t in earlier.get("tasks", []) if (t["budget"], t["task"]) not in have]
     order = {label: i for i, label in enumerate(point_labels(settings))}
     recipes = list(dict.fromkeys(t["task"] for t in [*earlier.get("tasks", []), *tasks]))
-    # (a status line is "LABEL: ..."; the horizon's is this folder's own)
+    # (a status line is "LABEL: ..."; the horizon's is this folder's own, and what was kept is
+    # said anew below)
     here = {line.split(":")[0] for line in status}
     lines = [*status, *(line for line in earlier.get("status", [])
-                        if line.split(":")[0] not in here | {"horizon"})]
+                        if line.split(":")[0] not in here | {"horizon"}
+                        and not line.startswith(KEPT))]
     if kept or extra:
-        lines.append(f"kept from the earlier report (not fine-tuned in this work folder): "
+        lines.append(f"{KEPT} (not fine-tuned in this work folder): "
                      f"the rows of {', '.join(kept) or 'no point'} and {len(extra)} whole-task "
                      "or other-recipe row(s)")
     return (sorted(merged.values(), key=lambda r: order.get(r["budget"], len(order))),
