@@ -43,6 +43,7 @@ class HeadOutput:
     loss: torch.Tensor | None
     logits: torch.Tensor
     hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None  # one per layer, (B, N, T, T)
 
 
 @dataclass
@@ -214,9 +215,11 @@ class BertForSequenceClassification(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
                 position_ids=None, layout: VarlenLayout | None = None,
-                output_hidden_states: bool = False) -> HeadOutput:
+                output_hidden_states: bool = False, output_attentions: bool = False
+                ) -> HeadOutput:
         out = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
-                        output_hidden_states=output_hidden_states, layout=layout)
+                        output_hidden_states=output_hidden_states,
+                        output_attentions=output_attentions, layout=layout)
         logits = self.classifier(self.dropout(out.pooler_output))  # (B, L)
         loss = None
         if labels is not None:
@@ -224,7 +227,7 @@ class BertForSequenceClassification(PretrainedMixin, nn.Module):
                 loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
             else:
                 loss = F.cross_entropy(logits.float(), labels.long())
-        return HeadOutput(loss, logits, out.hidden_states)
+        return HeadOutput(loss, logits, out.hidden_states, out.attentions)
 
 
 class BertForTokenClassification(PretrainedMixin, nn.Module):
@@ -242,12 +245,15 @@ class BertForTokenClassification(PretrainedMixin, nn.Module):
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, labels=None,
                 position_ids=None, layout: VarlenLayout | None = None,
-                output_hidden_states: bool = False) -> HeadOutput:
+                output_hidden_states: bool = False, output_attentions: bool = False
+                ) -> HeadOutput:
         out = self.bert(input_ids, token_type_ids, attention_mask, position_ids,
-                        output_hidden_states=output_hidden_states, layout=layout)
+                        output_hidden_states=output_hidden_states,
+                        output_attentions=output_attentions, layout=layout)
         hidden = out.last_hidden_state  # (B, T, H); zeros at padding if packed
         logits = self.classifier(self.dropout(hidden))  # (B, T, L)
-        return HeadOutput(tagging_loss(logits, labels), logits, out.hidden_states)
+        return HeadOutput(tagging_loss(logits, labels), logits, out.hidden_states,
+                          out.attentions)
 
 
 def tagging_loss(logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:

@@ -163,6 +163,10 @@ def test_a_report_rewritten_from_a_reproduction_keeps_the_rows_it_has_not_scored
     # the next report rewritten from that one: the same rows, what was kept said once
     written = {"settings": earlier["settings"], "rows": rows, "tasks": tasks, "status": status}
     assert reproduce.keep_earlier_rows(written, settings, *here, "e.json") == (rows, tasks, status)
+    # and once this folder has scored every row, nothing is kept, and no line says so
+    _, _, scored_here = reproduce.keep_earlier_rows(written, settings, rows, tasks, status[:4],
+                                                    "e.json")
+    assert not [line for line in scored_here if line.startswith(reproduce.KEPT)]
     with pytest.raises(BertkitError, match="its 0.5h is step 1000, this study's is step 990"):
         reproduce.keep_earlier_rows(earlier, settings, [_row("0.5h", 990)], [], [], "e.json")
     with pytest.raises(BertkitError, match="a report of other settings"):

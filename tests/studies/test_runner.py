@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from bertkit.errors import BertkitError
 from bertkit.studies import runner
 from tests.helpers import held_elsewhere
 
@@ -76,17 +77,27 @@ def test_a_folder_held_by_another_process_is_busy_and_refused(tmp_path):
     assert not runner.busy(folder) and (folder / "state").exists()  # a folder with state stays
 
 
-def test_take_holds_until_the_stack_closes_and_answers_busy_without_holding(tmp_path):
+def test_try_hold_holds_until_the_stack_closes_and_answers_busy_without_holding(tmp_path):
     import contextlib
     import os
 
     free, taken = tmp_path / "free", tmp_path / "taken"
     with held_elsewhere(taken), contextlib.ExitStack() as held:
-        busy = runner.take(held, runner.hold(taken, "the cell"))
+        busy = runner.try_hold(held, runner.hold(taken, "the cell"))
         assert isinstance(busy, runner.Busy) and "the cell is running" in str(busy)
-        assert runner.take(held, runner.hold(free, "the job")) is None
+        assert runner.try_hold(held, runner.hold(free, "the job")) is None
         assert f"pid {os.getpid()} " in runner.holder(free)  # this process's, till the end
     assert not runner.busy(free) and not free.exists()  # released, empty: removed
+
+    class Broken(contextlib.AbstractContextManager):
+        def __enter__(self):
+            raise BertkitError("not a busy claim")
+
+        def __exit__(self, *exc):
+            return None
+
+    with contextlib.ExitStack() as held, pytest.raises(BertkitError, match="not a busy claim"):
+        runner.try_hold(held, Broken())  # any other error is the caller's, not "busy"
 
 
 def test_a_job_may_delete_its_folder_while_it_holds_it(tmp_path):

@@ -500,26 +500,73 @@ def test_the_hidden_state_loss_equals_a_hand_computation():
     with torch.no_grad():
         states = teacher(ids, None, mask, output_hidden_states=True).hidden_states
     layer_map = [0, 1, 3]
-    same = distill.HiddenTransfer(teacher, 16, layer_map)
+    same = distill.LayerTransfer(teacher, 16, layer_map, hidden_weight=1.0)
     assert isinstance(same.project, torch.nn.Identity) and not list(same.parameters())
     exact = tuple(states[i].clone() for i in layer_map)
-    assert float(same(exact, ids, None, mask)) == pytest.approx(0.0, abs=1e-10)
+    assert float(same(exact, None, ids, None, mask)) == pytest.approx(0.0, abs=1e-10)
     # off by 1 at every real token of the first mapped state, 3 at the second, 0 at the third,
     # and anything at padding (not scored): mean of (1, 9, 0) over the three states
     shifted = [exact[0] + 1.0, exact[1] + 3.0, exact[2].clone()]
     for s in shifted:
         s[mask == 0] = 100.0
-    assert float(same(tuple(shifted), ids, None, mask)) == pytest.approx(10.0 / 3, rel=1e-5)
+    assert float(same(tuple(shifted), None, ids, None, mask)) == pytest.approx(10.0 / 3,
+                                                                               rel=1e-5)
+    # its weight multiplies it
+    half = distill.LayerTransfer(teacher, 16, layer_map, hidden_weight=0.5)
+    assert float(half(tuple(shifted), None, ids, None, mask)) == pytest.approx(5.0 / 3, rel=1e-5)
     # another width: a learned map W_h (trained, saved), the teacher outside the module tree
-    wide = distill.HiddenTransfer(teacher, 24, layer_map)
+    wide = distill.LayerTransfer(teacher, 24, layer_map, hidden_weight=1.0)
     assert [n for n, _ in wide.named_parameters()] == ["project.weight"]
     assert wide.project.weight.shape == (16, 24)
     student = tuple(torch.randn(2, 5, 24) for _ in layer_map)
     errors = [((wide.project(s) - states[i]) ** 2)[mask == 1].mean() for s, i in
               zip(student, layer_map)]
     with torch.no_grad():
-        assert float(wide(student, ids, None, mask)) == pytest.approx(float(sum(errors) / 3),
-                                                                      rel=1e-5)
+        assert float(wide(student, None, ids, None, mask)) == pytest.approx(
+            float(sum(errors) / 3), rel=1e-5)
+    # attention alone needs no map, whatever the widths
+    assert not list(distill.LayerTransfer(teacher, 24, layer_map, attention_weight=1.0)
+                    .parameters())
+
+
+def test_the_attention_loss_equals_a_hand_computation():
+    """KL(teacher || student) per head and real query, averaged; padded queries do not count,
+    padded keys (probability 0 on both sides) add nothing."""
+    mask = torch.tensor([[1, 1, 0]])
+    teacher = torch.tensor([[[[0.5, 0.5, 0.0], [0.9, 0.1, 0.0], [0.2, 0.3, 0.5]]]])  # (1, 1, 3, 3)
+    student = torch.tensor([[[[0.25, 0.75, 0.0], [0.5, 0.5, 0.0], [1.0, 0.0, 0.0]]]])
+    hand = [0.5 * math.log(0.5 / 0.25) + 0.5 * math.log(0.5 / 0.75),
+            0.9 * math.log(0.9 / 0.5) + 0.1 * math.log(0.1 / 0.5)]  # the third query: padding
+    got = distill.attention_kl(student, teacher, mask)
+    assert float(got) == pytest.approx(sum(hand) / 2, rel=1e-6)
+    assert float(distill.attention_kl(teacher, teacher, mask)) == pytest.approx(0.0, abs=1e-7)
+    # two heads: the mean over heads too
+    two = distill.attention_kl(torch.cat([student, teacher], 1), torch.cat([teacher, teacher], 1),
+                               mask)
+    assert float(two) == pytest.approx(sum(hand) / 4, rel=1e-6)
+
+
+def test_the_attention_transfer_maps_student_layers_to_teacher_layers():
+    """Student layer i learns from the attention of the teacher layer it maps to (hidden-state
+    numbering: map entry j is teacher layer j - 1's attention)."""
+    torch.manual_seed(0)
+    teacher = BertModel(tiny_config()).eval()
+    with torch.no_grad():  # (at BERT's init every attention is near uniform: nothing to tell)
+        for layer in teacher.layers:
+            torch.nn.init.normal_(layer.attention.qkv.weight, std=1.0)
+    ids = torch.tensor([[2, 5, 6, 3, 0], [2, 7, 3, 0, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        probs = teacher(ids, None, mask, output_attentions=True).attentions  # 3 layers
+    transfer = distill.LayerTransfer(teacher, 16, [0, 1, 3], attention_weight=2.0)
+    assert float(transfer(None, (probs[0], probs[2]), ids, None, mask)) == pytest.approx(
+        0.0, abs=1e-6)
+    swapped = (probs[2], probs[0])
+    hand = (distill.attention_kl(probs[2], probs[0], mask)
+            + distill.attention_kl(probs[0], probs[2], mask)) / 2
+    assert float(hand) > 0.01
+    assert float(transfer(None, swapped, ids, None, mask)) == pytest.approx(2.0 * float(hand),
+                                                                            rel=1e-5)
 
 
 def test_distilling_with_hidden_states_runs_and_resumes_with_its_map(tmp_path, monkeypatch):
@@ -546,12 +593,31 @@ def test_distilling_with_hidden_states_runs_and_resumes_with_its_map(tmp_path, m
     assert not any("project" in k for k in load_file(tmp_path / "cut" / "model.safetensors"))
 
 
-def test_hidden_states_need_a_student_that_reads_the_teachers_tokens(tmp_path):
+def test_distilling_with_attentions_runs_with_the_teachers_heads_only(tmp_path):
+    data, teacher = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
+    plain = run_distill(config(tmp_path / "plain", teacher, data))
+    attention = run_distill(config(tmp_path / "attention", teacher, data, attention_weight=1.0))
+    assert attention["attention_weight"] == 1.0 and plain["attention_weight"] == 0.0
+    assert attention["final_loss"] != plain["final_loss"]  # the attention term is in the loss
+    assert "attention_weight" in json.loads(
+        (tmp_path / "attention" / "distill_config.json").read_text())
+    # a run made before the option (its settings without it) resumes: left out at 0
+    assert "attention_weight" not in json.loads(
+        (tmp_path / "plain" / "distill_config.json").read_text())
+    with pytest.raises(BertkitError, match="needs the teacher's 2 heads; --student mini has 4"):
+        run_distill(config(tmp_path / "refused", teacher, data, student="mini",
+                           attention_weight=1.0))
+    assert not (tmp_path / "refused").exists()
+
+
+def test_layer_transfer_needs_a_student_that_reads_the_teachers_tokens(tmp_path):
     teacher = make_teacher(tmp_path)
-    with pytest.raises(BertkitError, match="read the teacher's tokens"):
-        config(tmp_path / "out", teacher, tmp_path, student=str(teacher), hidden_weight=0.5)
-    with pytest.raises(BertkitError, match="--hidden-weight must be"):
-        config(tmp_path / "out", teacher, tmp_path, hidden_weight=-1.0)
+    for flag, option in (("--hidden-weight", "hidden_weight"),
+                         ("--attention-weight", "attention_weight")):
+        with pytest.raises(BertkitError, match=f"{flag} compares .* read the teacher's tokens"):
+            config(tmp_path / "out", teacher, tmp_path, student=str(teacher), **{option: 0.5})
+        with pytest.raises(BertkitError, match=f"{flag} must be"):
+            config(tmp_path / "out", teacher, tmp_path, **{option: -1.0})
 
 
 # --- span QA and multiple choice ---------------------------------------------------------------
@@ -612,6 +678,7 @@ def test_span_qa_is_distilled_position_by_position(tmp_path, monkeypatch):
     assert "exact_match" in results["student_metrics"]
     # what span QA rules out, refused before any work
     for changes, says in (({"hidden_weight": 1.0}, "returns no hidden states"),
+                          ({"attention_weight": 1.0}, "--attention-weight: the span QA head"),
                           ({"unlabelled": str(tmp_path / "u.txt")}, "more than texts")):
         with pytest.raises(BertkitError, match=says):
             run_distill(config(tmp_path / "refused", teacher, data, task="squad1", **changes))

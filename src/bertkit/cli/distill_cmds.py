@@ -82,6 +82,14 @@ def _distill_options(p: argparse._ActionsContainer) -> None:
                    "student on every batch (about its forward's cost per step) and batches are "
                    "not packed. Students that read the teacher's tokens only (layers:, a "
                    "preset). Default 0: off (docs/distillation.md says what it measured)")
+    p.add_argument("--attention-weight", type=float, default=DEFAULTS.attention_weight,
+                   metavar="GAMMA",
+                   help="add GAMMA x MiniLM's attention loss: the KL divergence between the "
+                   "teacher's and the student's attention distributions, head by head, of each "
+                   "student layer and its teacher layer (mapped as for --hidden-weight). The "
+                   "student needs the teacher's heads (layers: keeps them). The teacher runs "
+                   "beside the student, as for --hidden-weight. Default 0: off "
+                   "(docs/distillation.md says what it measured)")
     p.add_argument("--unlabelled", default=None, metavar="FILE",
                    help="more texts, labelled by the teacher only: one per line, JSONL "
                    "(\"text\", \"pair\") or the task's own format; see --unlabelled-format")
@@ -123,7 +131,7 @@ def distill_config(args: argparse.Namespace) -> DistillConfig:
         unlabelled_format=args.unlabelled_format or DEFAULTS.unlabelled_format,
         baseline=args.baseline,
         speed_texts=args.speed_texts, speed_repeats=args.speed_repeats,
-        hidden_weight=args.hidden_weight)
+        hidden_weight=args.hidden_weight, attention_weight=args.attention_weight)
 
 
 def distill_cmd(args: argparse.Namespace) -> int:

@@ -9,10 +9,11 @@ loop's resume), so a budget point is the same whatever the sittings were. The lr
 the run's whole horizon (the largest budget): at an early budget the rate has not decayed, the
 usual price of reading a curve off one run (Kaplan et al. 2020 do the same).
 
-This module holds the curve's settings, its data and its run's recipe. Taking the points off
-the run (where it stops, what a point's record holds, the state kept at each point in
-`branches/<budget>/` for a decay branch, `cooldown`) is `curve_points`'. Fine-tuning the
-exported points beside their random-init twin, and the curve's report, are `curve_finetune`'s.
+This module holds the curve's settings, budget labels, data, store, the lock on a sitting, its
+run's recipe with the horizon's probe, and `--status`. Taking the points off the run (where it
+stops, what a point's record holds, the state kept at each point in `branches/<budget>/` for a
+decay branch, `cooldown`) is `curve_points`'. Fine-tuning the exported points beside their
+random-init twin, and the curve's report, are `curve_finetune`'s.
 
 Everything lives in one work folder: `study.json` (the `ResultsStore`: settings, the budget
 points and the machine each was recorded on), `vocab/`, `shards/`, `run/` (the pre-training

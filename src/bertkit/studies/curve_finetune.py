@@ -1,8 +1,8 @@
 """Fine-tuning the pre-training curve's points, and the curve's report (docs/pretraining.md).
 
-Each point `curve_points.pretrain_points` recorded (and each decay branch, `cooldown`) is fine-tuned
-beside the same architecture from random initialization (or, for continued pre-training, the
---init model as it came): on the SST-2 subset, or on a whole task's training set
+Each point `curve_points.pretrain_points` recorded (and each decay branch, `cooldown`) is
+fine-tuned beside the same architecture from random initialization (or, for continued
+pre-training, the --init model as it came): on the SST-2 subset, or on a whole task's training set
 (`FinetuneSettings.whole`), each model at the best rate of its own grid chosen on a selection
 seed that is not reported (`finetune_points`). The records are `cells.json` (the SST-2 subset)
 or `cells-TASK.json` (a whole task) in the curve's work folder, their runs under `cells/`
@@ -54,7 +54,7 @@ from bertkit.studies.report import (
     write_block,
 )
 from bertkit.studies.results import ResultsStore
-from bertkit.studies.runner import busy, hold, holder, machine, take
+from bertkit.studies.runner import busy, hold, holder, machine, try_hold
 from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.finetune import FinetuneConfig, finetune_train_config
@@ -178,7 +178,8 @@ class CellRunner:
             return True
         name = "-".join(filter(None, (ft.name, variant, f"s{seed}")))
         with contextlib.ExitStack() as held:
-            if take(held, hold(self.work / "cells" / "claims" / name, f"cell {key}")):
+            claim = hold(self.work / "cells" / "claims" / name, f"cell {key}")
+            if try_hold(held, claim) is not None:
                 return False
             cells.reload()  # (recorded by another worker since this one looked)
             if cells.has(key):

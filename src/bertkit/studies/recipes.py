@@ -43,7 +43,7 @@ from bertkit.studies.report import (
     save_figure,
     write_block,
 )
-from bertkit.studies.runner import busy, take
+from bertkit.studies.runner import busy, try_hold
 from bertkit.tokenization import BertTokenizer
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def run_recipes(base: curve.CurveSettings, budget_hours: float, names: Sequence[
             if name != "base" and store.pretrain_info("horizon") is None:
                 store.put_pretrain("horizon", variant_horizon(base, budget_hours, name, work))
             hours_left -= curve_points.pretrain_points(store, settings, folder, hours_left,
-                                                fixed_steps=True) / curve.HOUR
+                                                       fixed_steps=True) / curve.HOUR
         with contextlib.ExitStack() as held:
             if _take(held, folder, "finetune", name):
                 curve_finetune.finetune_points(store, curve_finetune.open_cells(folder, ft),
@@ -193,8 +193,8 @@ def base_measuring(base: curve.CurveSettings, budget_hours: float, work: Path) -
 
 def _take(held: contextlib.ExitStack, folder: Path, part: str, name: str) -> bool:
     """Take the variant's `part` sitting into `held`; False (said) when another process has it."""
-    busy_elsewhere = take(held, curve.sitting(folder, part))
-    if busy_elsewhere:
+    busy_elsewhere = try_hold(held, curve.sitting(folder, part))
+    if busy_elsewhere is not None:
         log.warning("recipe %s: %s; left to it, on to the next variant", name, busy_elsewhere)
     return busy_elsewhere is None
 

@@ -136,8 +136,8 @@ def busy(folder: str | os.PathLike) -> bool:
     return False
 
 
-def take(held: contextlib.ExitStack, claim: contextlib.AbstractContextManager[None]
-         ) -> Busy | None:
+def try_hold(held: contextlib.ExitStack, claim: contextlib.AbstractContextManager[None]
+             ) -> Busy | None:
     """Enter `claim` (a `hold`) into `held`, so that it is released with the stack; the `Busy`
     it raised when another process holds it (None when taken): for a caller that passes over
     what another process runs instead of stopping."""

@@ -12,8 +12,10 @@ Regression (one output): mean squared error to the teacher's score, T unused. Mu
 the same soft and hard terms over the choices; span QA: over each window's real positions, for
 the start and the end (`distill_loss.span_distillation_loss`). As an option
 (`hidden_weight`), TinyBERT's intermediate-layer transfer adds that much of the squared error
-between the student's hidden states and the teacher's (`distill_loss.HiddenTransfer`: the
-teacher runs beside the student on each batch, since per-token states are too large to cache).
+between the student's hidden states and the teacher's, and (`attention_weight`) MiniLM's
+attention transfer that much of the KL divergence between their attention distributions
+(`distill_loss.LayerTransfer`: the teacher runs beside the student on each batch, since
+per-token states are too large to cache).
 
 Students (`--student`, training/distill_student.py): teacher layers (`layers:0,2,4`,
 DistilBERT's initialization), a preset from random initialization, or a pre-trained encoder folder
@@ -62,7 +64,8 @@ from bertkit.tokenization import BertTokenizer
 from bertkit.training.distill_loss import (
     IGNORE,
     DistillationObjective,
-    HiddenTransfer,
+    LayerTransfer,
+    attention_kl,
     distillation_loss,
     hidden_layer_map,
     masked_mean,
@@ -116,10 +119,10 @@ from bertkit.training.stream import stream_seed
 # The loss lives in training/distill_loss.py, the transfer set and the teacher's outputs in
 # training/distill_targets.py, the student in training/distill_student.py, the report in
 # training/distill_report.py; their names are imported from here too, with the run's.
-__all__ = ["CACHE_NAME", "IGNORE", "DistillConfig", "DistillationObjective", "HiddenTransfer",
+__all__ = ["CACHE_NAME", "IGNORE", "DistillConfig", "DistillationObjective", "LayerTransfer",
            "StudentSpec",
            "UNLABELLED_FORMATS", "align_teacher", "build_student", "cached_teacher_outputs",
-           "check_pairs", "compute_teacher_outputs", "corpus_examples", "distill_collate",
+           "attention_kl", "check_pairs", "compute_teacher_outputs", "corpus_examples", "distill_collate",
            "distillation_loss", "fingerprint", "hidden_layer_map", "masked_mean",
            "measure_speed", "no_label", "parse_student", "read_unlabelled", "resolve_task",
            "run_distill", "soft_cross_entropy", "span_distillation_loss", "student_config",
@@ -161,6 +164,7 @@ class DistillConfig:
     speed_texts: int = 512  # dev texts timed through the predict path (0: no timing)
     speed_repeats: int = 3  # timed passes per model; the fastest counts
     hidden_weight: float = 0.0  # TinyBERT's hidden-state transfer, this much of it (0: off)
+    attention_weight: float = 0.0  # MiniLM's attention transfer, this much of it (0: off)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature > 0):
@@ -173,18 +177,23 @@ class DistillConfig:
         if self.speed_texts < 0 or self.speed_repeats < 1:
             raise BertkitError(f"--speed-texts must be >= 0 and --speed-repeats >= 1, got "
                                f"{self.speed_texts} and {self.speed_repeats}")
-        if not (math.isfinite(self.hidden_weight) and self.hidden_weight >= 0):
-            raise BertkitError(f"--hidden-weight must be a finite number >= 0, got "
-                               f"{self.hidden_weight}")
-        if self.hidden_weight and parse_student(self.student).kind == "folder":
-            raise BertkitError("--hidden-weight compares the two models token by token, so the "
-                               "student must read the teacher's tokens: layers:I,J,... or a "
-                               "preset, not a model folder with a tokenizer of its own")
+        for flag, weight in self.layer_weights.items():
+            if not (math.isfinite(weight) and weight >= 0):
+                raise BertkitError(f"{flag} must be a finite number >= 0, got {weight}")
+            if weight and parse_student(self.student).kind == "folder":
+                raise BertkitError(f"{flag} compares the two models token by token, so the "
+                                   "student must read the teacher's tokens: layers:I,J,... or "
+                                   "a preset, not a model folder with a tokenizer of its own")
         parse_student(self.student)
 
     @property
     def output_dir(self) -> str:
         return self.finetune.output_dir
+
+    @property
+    def layer_weights(self) -> dict[str, float]:
+        """The intermediate layers' transfer terms (`LayerTransfer`), by option."""
+        return {"--hidden-weight": self.hidden_weight, "--attention-weight": self.attention_weight}
 
 
 def resolve_task(teacher_dir: str | Path, name: str | None, columns: ColumnSpec | None) -> Task:
@@ -278,9 +287,10 @@ def check_task_options(task: Task, cfg: DistillConfig, spec: StudentSpec) -> Non
         raise BertkitError(f"--unlabelled: {what} ({task.name}) examples are more than texts "
                            "(questions with contexts, contexts with endings); not read from a "
                            "text file: distil on the task's training set")
-    if cfg.hidden_weight:
-        raise BertkitError(f"--hidden-weight: the {what} head returns no hidden states; "
-                           "distil without it")
+    for flag, weight in cfg.layer_weights.items():
+        if weight:
+            raise BertkitError(f"{flag}: the {what} head returns no hidden states or "
+                               "attentions; distil without it")
     if task.head == "BertForQuestionAnswering" and spec.kind == "folder":
         raise BertkitError("span QA is distilled position by position, so the student must read "
                            "the teacher's tokens: layers:I,J,... or a preset, not a model folder "
@@ -329,6 +339,11 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
     shape = student_config(spec, teacher.config)
     data = read_transfer(task, cfg, teacher, teacher_tok, student_tok, settings)
     check_lengths(data, teacher.config, shape)
+    if cfg.attention_weight and shape.num_attention_heads != teacher.config.num_attention_heads:
+        raise BertkitError(f"--attention-weight compares the attention of each head, so the "
+                           f"student needs the teacher's {teacher.config.num_attention_heads} "
+                           f"heads; --student {cfg.student} has {shape.num_attention_heads} "
+                           "(layers:I,J,... keeps them)")
     key = fingerprint(data.teacher_train, cfg.teacher_dir)
     cached = read_cached_outputs(out, key)  # another teacher's or data's: refused, nothing written
     claim_output_dir(out, DISTILL_MARKER, settings_json, resume, inputs=inputs)
@@ -336,11 +351,11 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
         build_student(teacher, teacher_tok, spec, cfg.finetune.train.seed, init_dir)
         targets = (cached if cached is not None
                    else teacher_outputs(task, cfg, teacher, data.teacher_train, out, key))
-        hidden = (functools.partial(hidden_transfer, teacher, spec, cfg.finetune.train.seed)
-                  if cfg.hidden_weight else None)
+        layers = (functools.partial(layer_transfer, teacher, spec, cfg)
+                  if any(cfg.layer_weights.values()) else None)
         # the student tunes what the teacher tuned on dev (SQuAD v2.0's threshold) for itself
         student, student_record = train_student(task.untuned(), cfg, init_dir, student_tok,
-                                                data, targets, settings, continues, hidden)
+                                                data, targets, settings, continues, layers)
         teacher_metrics = evaluate_splits(task, teacher, data.teacher_dev, settings,
                                           cfg.finetune.eval_batch_size, None)
         baseline = run_baseline(task, cfg, init_dir) if cfg.baseline else None
@@ -365,24 +380,27 @@ def teacher_outputs(task: Task, cfg: DistillConfig, teacher: nn.Module,
         precision, train_cfg.progress))
 
 
-def hidden_transfer(teacher: nn.Module, spec: StudentSpec, seed: int,
-                    student: nn.Module) -> HiddenTransfer:
-    """The teacher's hidden states as targets for `student`'s (`--hidden-weight`); the map W_h
-    starts from its own stream of the run's seed, so that a run is the same run every time."""
+def layer_transfer(teacher: nn.Module, spec: StudentSpec, cfg: DistillConfig,
+                   student: nn.Module) -> LayerTransfer:
+    """The teacher's hidden states and attentions as targets for `student`'s
+    (`--hidden-weight`, `--attention-weight`); the map W_h starts from its own stream of the
+    run's seed, so that a run is the same run every time."""
     layer_map = hidden_layer_map(student.config.num_hidden_layers,
                                  teacher.config.num_hidden_layers, spec.layers)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(stream_seed(seed, "hidden-map"))
-        return HiddenTransfer(teacher.bert, student.config.hidden_size, layer_map)
+        torch.manual_seed(stream_seed(cfg.finetune.train.seed, "hidden-map"))
+        return LayerTransfer(teacher.bert, student.config.hidden_size, layer_map,
+                             cfg.hidden_weight, cfg.attention_weight)
 
 
 def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: BertTokenizer,
                   data: Transfer, targets: list[torch.Tensor], settings: FeatureSettings,
-                  resume: bool, hidden: Callable[[nn.Module], HiddenTransfer] | None = None
+                  resume: bool, layers: Callable[[nn.Module], LayerTransfer] | None = None
                   ) -> tuple[nn.Module, dict[str, Any]]:
     """Train (or, finished earlier, load) the student; its release and dev metrics.json land
     in the output folder as a fine-tuning run's do. `resume`: the run continues (resolved).
-    `hidden` makes the student's hidden-state transfer (`--hidden-weight`)."""
+    `layers` makes the student's intermediate layers' transfer (`--hidden-weight`,
+    `--attention-weight`)."""
     ft = cfg.finetune
     out = Path(ft.output_dir)
     if (out / "metrics.json").is_file() and resume:  # trained before a later step died
@@ -392,12 +410,13 @@ def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: Ber
     student = load_model(task, init_dir, data.labels, ft)
     check_vocab(student.config, tokenizer, init_dir)
     objective = DistillationObjective(student, cfg.temperature, cfg.alpha, task.regression,
-                                      hidden(student) if hidden else None, cfg.hidden_weight)
+                                      layers(student) if layers else None)
     features = with_targets(data.student_train, targets)
     loop_cfg = dataclasses.replace(train_config(ft, len(features)), resume=resume)
     evaluate = dev_evaluator(task, data.student_dev, settings, ft)
-    # the teacher's hidden states come from its padded forward: no packed batches then
-    collate = training_collate(task, student, ft, packed=hidden is None)
+    # the teacher's hidden states and attentions come from its padded forward: no packed
+    # batches then
+    collate = training_collate(task, student, ft, packed=layers is None)
     result = train(objective, features, collate, loop_cfg,
                    evaluate=None if evaluate is None else lambda m: evaluate(m.student))
     metrics = evaluate_splits(task, student, data.student_dev, settings, ft.eval_batch_size, out,
@@ -433,6 +452,12 @@ def run_baseline(task: Task, cfg: DistillConfig, init_dir: Path) -> dict[str, An
     return run_one(ft)
 
 
+# settings added after runs were made, at the value those runs had: left out of
+# distill_config.json at that value, so that those runs resume
+ADDED_LATER = {"attention_weight": 0.0}
+
+
 def run_settings(cfg: DistillConfig) -> dict[str, Any]:
     """distill_config.json: every setting of the run (what --resume must match)."""
-    return json.loads(json.dumps(asdict(cfg), default=str))
+    settings = json.loads(json.dumps(asdict(cfg), default=str))
+    return {k: v for k, v in settings.items() if ADDED_LATER.get(k, object()) != v}

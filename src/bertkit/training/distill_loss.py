@@ -1,7 +1,7 @@
 """The distillation loss (Hinton et al. 2015) and the module the loop trains with it: the
-student, whose `.loss` mixes the teacher's soft targets with the hard labels and, as an option,
-the teacher's hidden states (TinyBERT's intermediate-layer transfer; `training.distill` runs
-it)."""
+student, whose `.loss` mixes the teacher's soft targets with the hard labels and, as options,
+the teacher's hidden states (TinyBERT's intermediate-layer transfer) and attention
+distributions (MiniLM's); `training.distill` runs it."""
 
 from __future__ import annotations
 
@@ -88,57 +88,86 @@ def hidden_layer_map(student_layers: int, teacher_layers: int,
     return [0, *(round(i * teacher_layers / student_layers) for i in range(1, student_layers + 1))]
 
 
-class HiddenTransfer(nn.Module):
-    """TinyBERT's hidden-state transfer (Jiao et al. 2020): the mean over the mapped layers of
-    the squared error between the student's hidden state, through a learned linear map when the
-    widths differ (W_h), and the teacher's, averaged over real tokens and the teacher's width.
+def attention_kl(student: torch.Tensor, teacher: torch.Tensor,
+                 attention_mask: torch.Tensor) -> torch.Tensor:
+    """MiniLM's self-attention transfer (Wang et al. 2020) for one layer: KL(teacher || student)
+    between the two attention distributions of each head and real query position, averaged
+    over both. student, teacher: (B, N, T, T) probabilities; attention_mask (B, T). Padded keys
+    have probability 0 on both sides and add nothing."""
+    t, s = teacher.float(), student.float()
+    kl = (torch.xlogy(t, t) - t * s.clamp(min=torch.finfo(torch.float32).tiny).log()).sum(-1)
+    real = attention_mask.unsqueeze(1).to(kl.dtype).expand_as(kl)  # (B, N, T): real queries
+    return (kl * real).sum() / real.sum().clamp(min=1.0)
+
+
+class LayerTransfer(nn.Module):
+    """The intermediate layers' transfer, each term with its weight (0: off):
+    - `hidden_weight`: TinyBERT's hidden-state transfer (Jiao et al. 2020): the mean over the
+      mapped layers of the squared error between the student's hidden state, through a learned
+      linear map when the widths differ (W_h), and the teacher's, averaged over real tokens and
+      the teacher's width;
+    - `attention_weight`: MiniLM's attention transfer (`attention_kl`) over the same map's
+      encoder layers (student layer i from the teacher layer it maps to; the heads must match).
 
     The teacher runs here, on the student's batch, under no_grad: per-token states of every
     layer are too large to cache (the logits are cached, `distill_targets`). It is held outside
     the module tree, so that it is neither trained nor saved; the map W_h is both (it resumes
     with the run)."""
 
-    def __init__(self, teacher_encoder: nn.Module, student_width: int, layer_map: list[int]):
+    def __init__(self, teacher_encoder: nn.Module, student_width: int, layer_map: list[int],
+                 hidden_weight: float = 0.0, attention_weight: float = 0.0):
         super().__init__()
         self._teacher = (teacher_encoder.eval().requires_grad_(False),)  # not a submodule
         teacher_width = teacher_encoder.config.hidden_size
-        self.layer_map = layer_map
-        self.project = (nn.Identity() if student_width == teacher_width else
-                        nn.Linear(student_width, teacher_width, bias=False))
+        self.layer_map = layer_map  # (hidden-state numbering: 0 = the embeddings)
+        self.hidden_weight, self.attention_weight = hidden_weight, attention_weight
+        self.project = (nn.Linear(student_width, teacher_width, bias=False)
+                        if hidden_weight and student_width != teacher_width else nn.Identity())
 
-    def forward(self, student_states: tuple[torch.Tensor, ...], input_ids: torch.Tensor,
+    def forward(self, student_states: tuple[torch.Tensor, ...] | None,
+                student_attentions: tuple[torch.Tensor, ...] | None, input_ids: torch.Tensor,
                 token_type_ids: torch.Tensor | None, attention_mask: torch.Tensor
                 ) -> torch.Tensor:
         with torch.no_grad():
-            teacher_states = self._teacher[0](input_ids, token_type_ids, attention_mask,
-                                              output_hidden_states=True).hidden_states
-        real = attention_mask.unsqueeze(-1).float()  # (B, T, 1)
-        losses = []
-        for student, index in zip(student_states, self.layer_map):
-            error = (self.project(student).float() - teacher_states[index].float()).pow(2)
-            losses.append((error * real).sum() / (real.sum() * error.shape[-1]).clamp(min=1.0))
-        return torch.stack(losses).mean()
+            teacher = self._teacher[0](input_ids, token_type_ids, attention_mask,
+                                       output_hidden_states=bool(self.hidden_weight),
+                                       output_attentions=bool(self.attention_weight))
+        loss = attention_mask.new_zeros((), dtype=torch.float32)
+        if self.hidden_weight:
+            real = attention_mask.unsqueeze(-1).float()  # (B, T, 1)
+            losses = []
+            for student, index in zip(student_states, self.layer_map):
+                error = (self.project(student).float() - teacher.hidden_states[index].float()
+                         ).pow(2)
+                losses.append((error * real).sum() / (real.sum() * error.shape[-1]).clamp(min=1.0))
+            loss = loss + self.hidden_weight * torch.stack(losses).mean()
+        if self.attention_weight:
+            losses = [attention_kl(student, teacher.attentions[index - 1], attention_mask)
+                      for student, index in zip(student_attentions, self.layer_map[1:])]
+            loss = loss + self.attention_weight * torch.stack(losses).mean()
+        return loss
 
 
 class DistillationObjective(nn.Module):
     """The student with the distillation loss as its `.loss`: what the loop trains (a span QA
     student's via `span_distillation_loss`, the rest via `distillation_loss`). Without
-    teacher logits (evaluation) it is the student alone. With `hidden` (and weight
-    `hidden_weight`) the loss adds the hidden-state transfer."""
+    teacher logits (evaluation) it is the student alone. With `layers` the loss adds the
+    intermediate layers' transfer (`LayerTransfer`)."""
 
     def __init__(self, student: nn.Module, temperature: float, alpha: float, regression: bool,
-                 hidden: HiddenTransfer | None = None, hidden_weight: float = 0.0):
+                 layers: LayerTransfer | None = None):
         super().__init__()
         self.student = student
         self.temperature, self.alpha, self.regression = temperature, alpha, regression
-        self.hidden, self.hidden_weight = hidden, hidden_weight
+        self.layers = layers
 
     def forward(self, teacher_logits: torch.Tensor | None = None,
                 teacher_mask: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 **inputs: Any) -> HeadOutput:
-        transfer = self.hidden is not None and teacher_logits is not None
-        out = self.student(**inputs, output_hidden_states=True) if transfer else \
-            self.student(**inputs)
+        transfer = self.layers is not None and teacher_logits is not None
+        out = (self.student(**inputs, output_hidden_states=bool(self.layers.hidden_weight),
+                            output_attentions=bool(self.layers.attention_weight))
+               if transfer else self.student(**inputs))
         if isinstance(out, SpanOutput):  # span QA: the gold positions went to the head
             if teacher_logits is None:
                 return out
@@ -155,7 +184,6 @@ class DistillationObjective(nn.Module):
                                  labels.reshape(-1), scored, self.temperature, self.alpha,
                                  self.regression)
         if transfer:
-            loss = loss + self.hidden_weight * self.hidden(
-                out.hidden_states, inputs["input_ids"], inputs.get("token_type_ids"),
-                inputs["attention_mask"])
+            loss = loss + self.layers(out.hidden_states, out.attentions, inputs["input_ids"],
+                                      inputs.get("token_type_ids"), inputs["attention_mask"])
         return HeadOutput(loss, logits)

@@ -85,6 +85,7 @@ def summarize(task: Task, cfg: DistillConfig, data: Transfer, teacher: nn.Module
         "transfer": {"labelled": data.labelled, "unlabelled": data.unlabelled},
         **({"data_note": data.note} if data.note else {}),
         "temperature": cfg.temperature, "alpha": cfg.alpha, "hidden_weight": cfg.hidden_weight,
+        "attention_weight": cfg.attention_weight,
         # the student's training and the teacher's cached outputs ran at it (the timing: fp32)
         "precision": resolve_precision(cfg.finetune.train.precision,
                                        resolve_device(cfg.finetune.train.device)),

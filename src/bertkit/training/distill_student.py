@@ -55,15 +55,24 @@ def parse_student(spec: str) -> StudentSpec:
 
 
 def student_config(spec: StudentSpec, teacher: BertConfig) -> BertConfig:
-    """The student's shape where it matters before it is built (its positions), with the
-    layers it names checked against the teacher's."""
+    """The student's shape before it is built (its positions, layers, width and heads), with
+    the layers it names checked against the teacher's."""
     if spec.kind == "folder":
         return BertConfig.load(check_model_dir(spec.name))
     n = teacher.num_hidden_layers
     if spec.kind == "layers" and max(spec.layers) >= n:
         raise BertkitError(f"--student layers:{','.join(map(str, spec.layers))}: the teacher "
                            f"has {n} layers (0..{n - 1})")
-    return teacher
+    if spec.kind == "preset":
+        return BertConfig.preset(spec.name, **preset_shape(teacher))
+    return teacher.replace(num_hidden_layers=len(spec.layers))
+
+
+def preset_shape(teacher: BertConfig) -> dict:
+    """What a preset student takes from the teacher: its vocabulary, positions and labels."""
+    return dict(vocab_size=teacher.vocab_size, type_vocab_size=teacher.type_vocab_size,
+                max_position_embeddings=teacher.max_position_embeddings,
+                pad_token_id=teacher.pad_token_id, id2label=teacher.id2label)
 
 
 def build_student(teacher: nn.Module, tokenizer: BertTokenizer, spec: StudentSpec, seed: int,
@@ -79,12 +88,9 @@ def build_student(teacher: nn.Module, tokenizer: BertTokenizer, spec: StudentSpe
         model = student_from_layers(teacher, spec.layers)
         model.config = model.config.replace(extra=extra)
     else:
-        shape = dict(vocab_size=config.vocab_size, type_vocab_size=config.type_vocab_size,
-                     max_position_embeddings=config.max_position_embeddings,
-                     pad_token_id=config.pad_token_id, id2label=config.id2label)
         with torch.random.fork_rng(devices=[]):  # the student's own stream of the run's seed
             torch.manual_seed(stream_seed(seed, "student"))
-            model = BertModel(BertConfig.preset(spec.name, **shape, extra=extra))
+            model = BertModel(BertConfig.preset(spec.name, **preset_shape(config), extra=extra))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
