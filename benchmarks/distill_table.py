@@ -34,14 +34,17 @@ STUDENTS = ("layers:0,2,4", "layers:0,3", "tiny")
 def record(results: dict) -> dict:
     """What the table needs of one run's results.json."""
     speed = results.get("speed") or {}
-    hidden = results.get("hidden_weight") or 0.0  # (results written before the option: none)
-    student = results["student"] + (f" +hidden {hidden:g}" if hidden else "")
+    # (results written before an option: none)
+    hidden = results.get("hidden_weight") or 0.0
+    attention = results.get("attention_weight") or 0.0
+    student = (results["student"] + (f" +hidden {hidden:g}" if hidden else "")
+               + (f" +attention {attention:g}" if attention else ""))
     # (results written before the field: fp32, the study's only precision then)
     precision = results.get("precision") or "fp32"
     return {"key": f"{results['task']}/{student}/{results['seed']}"
                    + (f"/{precision}" if precision != "fp32" else ""),
             "task": results["task"], "student": student, "seed": results["seed"],
-            "hidden_weight": hidden, "precision": precision,
+            "hidden_weight": hidden, "attention_weight": attention, "precision": precision,
             "metric": results["metric"], "teacher_dev": results["teacher_dev"],
             "student_dev": results["student_dev"], "baseline_dev": results["baseline_dev"],
             "student_layers": results["student_layers"],

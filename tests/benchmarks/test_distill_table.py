@@ -45,14 +45,17 @@ def test_a_pre_trained_student_is_named_by_its_folder_after_the_known_ones(tmp_p
     assert rows[1].startswith("| mrpc | pre-trained `pretrain-curve/points/2h` (lr 3e-05)")
 
 
-def test_a_run_with_the_hidden_state_loss_is_a_row_of_its_own(tmp_path):
+def test_a_run_with_a_layer_transfer_loss_is_a_row_of_its_own(tmp_path):
     log = RunLog(tmp_path / "runs.jsonl")
     log.append(distill_table.record(results(0, 0.7, 0.6)))
     log.append(distill_table.record({**results(0, 0.75, 0.6), "hidden_weight": 1.0}))
-    assert [r["key"] for r in log.read()] == ["mrpc/layers:0,3/0", "mrpc/layers:0,3 +hidden 1/0"]
-    rows = distill_table.table(log.read())[3:5]
+    log.append(distill_table.record({**results(0, 0.76, 0.6), "attention_weight": 0.1}))
+    assert [r["key"] for r in log.read()] == ["mrpc/layers:0,3/0", "mrpc/layers:0,3 +hidden 1/0",
+                                              "mrpc/layers:0,3 +attention 0.1/0"]
+    rows = distill_table.table(log.read())[3:6]
     assert rows[0].startswith("| mrpc | `layers:0,3` (lr 3e-05)")
-    assert rows[1].startswith("| mrpc | `layers:0,3 +hidden 1` (lr 3e-05)")
+    assert rows[1].startswith("| mrpc | `layers:0,3 +attention 0.1` (lr 3e-05)")
+    assert rows[2].startswith("| mrpc | `layers:0,3 +hidden 1` (lr 3e-05)")
 
 
 def test_the_plot_is_a_png_and_nothing_without_runs(tmp_path):
