@@ -121,8 +121,9 @@ from bertkit.training.stream import stream_seed
 # training/distill_report.py; their names are imported from here too, with the run's.
 __all__ = ["CACHE_NAME", "IGNORE", "DistillConfig", "DistillationObjective", "LayerTransfer",
            "StudentSpec",
-           "UNLABELLED_FORMATS", "align_teacher", "build_student", "cached_teacher_outputs",
-           "attention_kl", "check_pairs", "compute_teacher_outputs", "corpus_examples", "distill_collate",
+           "UNLABELLED_FORMATS", "align_teacher", "attention_kl", "build_student",
+           "cached_teacher_outputs", "check_pairs", "compute_teacher_outputs", "corpus_examples",
+           "distill_collate",
            "distillation_loss", "fingerprint", "hidden_layer_map", "masked_mean",
            "measure_speed", "no_label", "parse_student", "read_unlabelled", "resolve_task",
            "run_distill", "soft_cross_entropy", "span_distillation_loss", "student_config",
