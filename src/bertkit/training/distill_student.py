@@ -99,8 +99,7 @@ def build_student(teacher: nn.Module, tokenizer: BertTokenizer, spec: StudentSpe
 def student_from_layers(teacher: nn.Module, layers: tuple[int, ...]) -> nn.Module:
     """The teacher's head class with `layers` of its encoder, renumbered; every other weight
     (embeddings, pooler, classifier) copied as it is."""
-    student_config(StudentSpec("layers", layers), teacher.config)
-    student = type(teacher)(teacher.config.replace(num_hidden_layers=len(layers)))
+    student = type(teacher)(student_config(StudentSpec("layers", layers), teacher.config))
     source = teacher.state_dict()
     state = {}
     for name in student.state_dict():
