@@ -141,6 +141,37 @@ def test_two_workers_share_the_cells(settings, tmp_path, shared_data, monkeypatc
     assert curve_finetune.running_cells(work) == []
 
 
+def test_a_worker_does_not_wait_once_no_cell_is_held(settings, tmp_path, shared_data,
+                                                      monkeypatch):
+    """A cell held during a pass whose holder has ended (recorded or not) by the pass's end is
+    settled by the next pass at once: nothing is held to wait for."""
+    work = tmp_path / "work"
+    curve.prepare_data(settings, work)
+    store = curve.open_store(work, settings)
+    runs = fake_cells(monkeypatch, {curve_finetune.RANDOM: 1e-3})
+    ft = curve_finetune.FinetuneSettings(lr_grid=(1e-4, 1e-3), seeds=2)
+    cells = curve_finetune.open_cells(work, ft)
+    other = curve_finetune.open_cells(work, ft)
+    fake_cell = curve_finetune.pipeline.finetune_cell
+
+    def wait():
+        raise AssertionError("waited with no cell held")
+
+    monkeypatch.setattr(curve_finetune, "wait_for_another_worker", wait)
+    with contextlib.ExitStack() as holder:
+        holder.enter_context(held_elsewhere(work / "cells" / "claims" / "random@lr0.0001-s100"))
+
+        def cell_then_the_holder_records(*args, **kwargs):  # (its cell passed over by now)
+            other.put(cells.key("random@lr0.0001", "sst2", 100), {"lr": 1e-4, "score": 60.0})
+            holder.close()
+            return fake_cell(*args, **kwargs)
+
+        monkeypatch.setattr(curve_finetune.pipeline, "finetune_cell",
+                            cell_then_the_holder_records)
+        curve_finetune.finetune_points(store, cells, settings, ft, work, shared_data)
+    assert runs == [("random", 1e-3, 100), ("random", 1e-3, 0), ("random", 1e-3, 1)]
+
+
 def test_a_report_never_replaces_files_it_did_not_write(tmp_path):
     from bertkit.studies.report import check_report_target
 

@@ -247,10 +247,13 @@ def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSet
                 pending.append(variant)
         if not pending:
             return
-        if waited % 20 == 0:  # (every 10 minutes: a holder stopped, not ended, waits forever)
-            log.info("waiting for cells of %s that other workers run: %s", ", ".join(pending),
-                     "; ".join(running_cells(work)) or "(just recorded)")
-        wait_for_another_worker()
+        # none held now: the cells held during the pass are recorded or free, and the next
+        # pass settles them without waiting
+        if held := running_cells(work):
+            if waited % 20 == 0:  # (every 10 minutes: a holder stopped, not ended, waits forever)
+                log.info("waiting for cells of %s that other workers run: %s",
+                         ", ".join(pending), "; ".join(held))
+            wait_for_another_worker()
         cells.reload()
 
 
