@@ -251,6 +251,27 @@ def test_a_changed_teacher_or_a_damaged_cache_is_refused_before_anything_is_writ
         run_distill(config(out, teacher, data, resume=True))
 
 
+@pytest.mark.parametrize("split", ["dev", "train"])
+def test_a_resumed_run_on_changed_labels_is_refused(tmp_path, monkeypatch, split):
+    """A label changed under a killed run: the resumed run would score the student and the
+    teacher on two dev sets (or train on other labels); refused, the folder as it was."""
+    data, teacher = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
+    out = tmp_path / "out"
+    undo = kill_after(monkeypatch, step=3)
+    with pytest.raises(Killed):
+        run_distill(config(out, teacher, data))
+    undo()
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.suffix != ".lock"}
+    tsv = data / "SST-2" / f"{split}.tsv"
+    header, first, *rest = tsv.read_text(encoding="utf-8").splitlines()
+    text, label = first.rsplit("\t", 1)
+    tsv.write_text("\n".join([header, f"{text}\t{1 - int(label)}", *rest]) + "\n",
+                   encoding="utf-8")
+    with pytest.raises(BertkitError, match="training or dev data or the teacher changed"):
+        run_distill(config(out, teacher, data, resume=True))
+    assert {p: p.read_bytes() for p in before} == before
+
+
 def test_a_dev_input_longer_than_the_students_positions_is_refused_first(tmp_path):
     data, teacher = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
     dev = data / "SST-2" / "dev.tsv"
@@ -490,6 +511,9 @@ def test_the_hidden_layer_map():
     assert distill.hidden_layer_map(2, 3, (0, 2)) == [0, 1, 3]  # the layers taken, then renumbered
     assert distill.hidden_layer_map(2, 6) == [0, 3, 6]  # TinyBERT's uniform map
     assert distill.hidden_layer_map(3, 12) == [0, 4, 8, 12]
+    # more student layers than the teacher's: each learns from a teacher layer, never from the
+    # embeddings (round(0.5) is 0), so never from the teacher's last attention (index -1)
+    assert distill.hidden_layer_map(12, 6) == [0, 1, 1, 2, 2, 2, 3, 4, 4, 4, 5, 6, 6]
 
 
 def test_the_hidden_state_loss_equals_a_hand_computation():
@@ -606,7 +630,7 @@ def test_distilling_with_attentions_runs_with_the_teachers_heads_only(tmp_path):
         (tmp_path / "plain" / "distill_config.json").read_text())
     with pytest.raises(BertkitError, match="needs the teacher's 2 heads; --student mini has 4"):
         run_distill(config(tmp_path / "refused", teacher, data, student="mini",
-                           attention_weight=1.0))
+                           attention_weight=1.0, unlabelled=str(tmp_path / "absent.txt")))
     assert not (tmp_path / "refused").exists()
 
 
@@ -667,6 +691,7 @@ def test_span_qa_is_distilled_position_by_position(tmp_path, monkeypatch):
     results = run_distill(config(tmp_path / "out", teacher, data, task="squad1",
                                  student="layers:0,2", max_seq_length=32))
     assert results["metric"] == "f1" and results["steps"] == 4 and results["student_layers"] == 2
+    assert len(batches) == 4  # (collated here, not in loader workers the patch would miss)
     for features, batch in batches:  # the teacher's start/end logits at every real position
         mask = batch["teacher_mask"]
         assert mask.tolist() == [[j < len(f["input_ids"]) for j in range(mask.shape[1])]

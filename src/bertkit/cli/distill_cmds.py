@@ -70,7 +70,7 @@ def register(subparsers) -> None:
 
 def _distill_options(p: argparse._ActionsContainer) -> None:
     p.add_argument("--temperature", type=float, default=DEFAULTS.temperature,
-                   help="softmax temperature of the soft targets (classification)")
+                   help="softmax temperature of the soft targets (every task but regression)")
     p.add_argument("--alpha", type=float, default=DEFAULTS.alpha,
                    help="weight of the teacher's loss; 1 - alpha goes to the hard labels")
     p.add_argument("--hidden-weight", type=float, default=DEFAULTS.hidden_weight,

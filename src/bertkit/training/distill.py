@@ -338,14 +338,17 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
     student_tok = student_tokenizer(spec, init_dir, teacher_tok)
     settings = cfg.finetune.settings(task)
     shape = student_config(spec, teacher.config)
-    data = read_transfer(task, cfg, teacher, teacher_tok, student_tok, settings)
-    check_lengths(data, teacher.config, shape)
     if cfg.attention_weight and shape.num_attention_heads != teacher.config.num_attention_heads:
         raise BertkitError(f"--attention-weight compares the attention of each head, so the "
                            f"student needs the teacher's {teacher.config.num_attention_heads} "
                            f"heads; --student {cfg.student} has {shape.num_attention_heads} "
                            "(layers:I,J,... keeps them)")
-    key = fingerprint(data.teacher_train, cfg.teacher_dir)
+    data = read_transfer(task, cfg, teacher, teacher_tok, student_tok, settings)
+    check_lengths(data, teacher.config, shape)
+    key = fingerprint(cfg.teacher_dir, [[f["input_ids"], f["token_type_ids"]]
+                                        for f in data.teacher_train], data.student_train,
+                      *([s.name, s.examples, s.features] for s in data.student_dev),
+                      *([s.name, s.features] for s in data.teacher_dev))
     cached = read_cached_outputs(out, key)  # another teacher's or data's: refused, nothing written
     claim_output_dir(out, DISTILL_MARKER, settings_json, resume, inputs=inputs)
     try:

@@ -82,10 +82,13 @@ def hidden_layer_map(student_layers: int, teacher_layers: int,
                      taken: tuple[int, ...] = ()) -> list[int]:
     """For each of the student's hidden states (0 = embeddings, i = after layer i), the
     teacher's it learns from: the layers a `layers:` student was taken from, else TinyBERT's
-    uniform map (student layer i <- teacher layer i * N / M); embeddings from embeddings."""
+    uniform map (student layer i <- teacher layer i * N / M, at least layer 1: a student with
+    twice the teacher's layers or more would learn its first layer from the embeddings, or, for
+    the attention, from the teacher's last layer); embeddings from embeddings."""
     if taken:
         return [0, *(t + 1 for t in taken)]
-    return [0, *(round(i * teacher_layers / student_layers) for i in range(1, student_layers + 1))]
+    return [0, *(max(1, round(i * teacher_layers / student_layers))
+                 for i in range(1, student_layers + 1))]
 
 
 def attention_kl(student: torch.Tensor, teacher: torch.Tensor,

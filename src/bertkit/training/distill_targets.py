@@ -107,13 +107,18 @@ def compute_teacher_outputs(task: Task, teacher: nn.Module, features: list[dict[
     return teacher_targets(task, features, outputs)
 
 
-def fingerprint(features: list[dict[str, Any]], teacher_dir: str | Path) -> str:
-    """What the cached outputs depend on: the inputs the teacher saw, its weights (the file
-    `checkpoint.read_state_dict` reads: safetensors, else the legacy pickle) and its config.json
-    (an activation or a norm epsilon changes the outputs with the weights unchanged)."""
+def fingerprint(teacher_dir: str | Path, *data: list[Any]) -> str:
+    """What the cached outputs and the run's records depend on: `data` (the inputs the teacher
+    saw, and the student's training and dev features with their labels: a run resumed on a
+    changed training or dev file would train or score on other data than it began with, and
+    divide scores of two dev sets), the teacher's weights (the file `checkpoint.read_state_dict`
+    reads: safetensors, else the legacy pickle) and its config.json (an activation or a norm
+    epsilon changes the outputs with the weights unchanged). Examples count without the
+    file:line they were read at (`where`): the same data read from another path is the same."""
     digest = hashlib.sha256()
-    for f in features:
-        digest.update(json.dumps([f["input_ids"], f["token_type_ids"]]).encode())
+    for part in data:
+        for item in part:
+            digest.update(json.dumps(item, sort_keys=True, default=_plain).encode())
     folder = Path(teacher_dir)
     weights = next((folder / n for n in (WEIGHTS_NAME, LEGACY_WEIGHTS_NAME)
                     if (folder / n).is_file()), None)
@@ -125,6 +130,13 @@ def fingerprint(features: list[dict[str, Any]], teacher_dir: str | Path) -> str:
             for block in iter(functools.partial(fh.read, 1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    """An example (a dataclass) as JSON for `fingerprint`, less where it was read."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: v for k, v in dataclasses.asdict(value).items() if k != "where"}
+    raise TypeError(f"fingerprint: {type(value).__name__} is not data")
 
 
 def read_cached_outputs(out: Path, key: str) -> list[torch.Tensor] | None:
@@ -142,8 +154,9 @@ def read_cached_outputs(out: Path, key: str) -> list[torch.Tensor] | None:
         raise BertkitError(f"{path}: unreadable ({type(err).__name__}: {err}); delete it to "
                            "compute the teacher's outputs again") from None
     if stored != key:
-        raise BertkitError(f"{path}: computed for other inputs or another teacher (the data "
-                           "or the teacher changed since the run began); use a new folder")
+        raise BertkitError(f"{path}: computed for other data or another teacher (the training "
+                           "or dev data or the teacher changed since the run began); use a new "
+                           "folder")
     return targets
 
 
