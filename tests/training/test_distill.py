@@ -227,6 +227,15 @@ def test_teacher_runs_once_and_a_killed_run_resumes_to_the_same_student(tmp_path
     assert run_distill(config(tmp_path / "cut", teacher, data, resume=True)) == again
 
 
+def killed_after_epoch_1(monkeypatch, out: Path, teacher: Path, data: Path) -> dict[Path, bytes]:
+    """A run killed after its first epoch's state; its files (but the lock) as they are then."""
+    undo = kill_after(monkeypatch, step=3)
+    with pytest.raises(Killed):
+        run_distill(config(out, teacher, data))
+    undo()
+    return {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.suffix != ".lock"}
+
+
 def test_a_changed_teacher_or_a_damaged_cache_is_refused_before_anything_is_written(
         tmp_path, monkeypatch):
     """The teacher as pytorch_model.bin (HF's older layout): changed in place under a killed
@@ -236,11 +245,7 @@ def test_a_changed_teacher_or_a_damaged_cache_is_refused_before_anything_is_writ
     torch.save(state, teacher / "pytorch_model.bin")
     (teacher / "model.safetensors").unlink()
     out = tmp_path / "out"
-    undo = kill_after(monkeypatch, step=3)
-    with pytest.raises(Killed):
-        run_distill(config(out, teacher, data))
-    undo()
-    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.suffix != ".lock"}
+    before = killed_after_epoch_1(monkeypatch, out, teacher, data)
     torch.save({k: v + 0.01 for k, v in state.items()}, teacher / "pytorch_model.bin")
     with pytest.raises(BertkitError, match="another teacher"):
         run_distill(config(out, teacher, data, resume=True))
@@ -257,11 +262,7 @@ def test_a_resumed_run_on_changed_labels_is_refused(tmp_path, monkeypatch, split
     teacher on two dev sets (or train on other labels); refused, the folder as it was."""
     data, teacher = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
     out = tmp_path / "out"
-    undo = kill_after(monkeypatch, step=3)
-    with pytest.raises(Killed):
-        run_distill(config(out, teacher, data))
-    undo()
-    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.suffix != ".lock"}
+    before = killed_after_epoch_1(monkeypatch, out, teacher, data)
     tsv = data / "SST-2" / f"{split}.tsv"
     header, first, *rest = tsv.read_text(encoding="utf-8").splitlines()
     text, label = first.rsplit("\t", 1)
