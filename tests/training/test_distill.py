@@ -225,6 +225,14 @@ def test_teacher_runs_once_and_a_killed_run_resumes_to_the_same_student(tmp_path
                                    tensor, rtol=0, atol=0)
     assert not (tmp_path / "cut" / "checkpoints").exists()  # a finished run keeps the model
     assert run_distill(config(tmp_path / "cut", teacher, data, resume=True)) == again
+    # killed after its last state, before its records: resumed, it trains no step and its
+    # records still say the loss it ended at
+    undo = kill_after(monkeypatch, step=6)
+    with pytest.raises(Killed):
+        run_distill(config(tmp_path / "last", teacher, data))
+    undo()
+    last = run_distill(config(tmp_path / "last", teacher, data, resume=True))
+    assert last["final_loss"] == whole["final_loss"] and last["steps"] == 6
 
 
 def killed_after_epoch_1(monkeypatch, out: Path, teacher: Path, data: Path) -> dict[Path, bytes]:

@@ -427,7 +427,7 @@ def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: Ber
                               ft.train.progress)
     save_release(task, student, tokenizer, out, metrics)
     record = {"task": task.name, "steps": result.step,
-              "final_loss": result.losses[-1] if result.losses else None, **metrics,
+              "final_loss": result.final_loss, **metrics,
               **({"data_note": data.note} if data.note else {})}
     write_json(out / "metrics.json", record)
     if not ft.keep_training_state:

@@ -386,7 +386,7 @@ def train_record(task: Task, cfg: FinetuneConfig, data: TaskData,
             "seed": cfg.train.seed, "steps": result.step,
             "train_examples": len(data.train.examples),
             "train_features": len(data.train.features), "train_file": str(data.train.path),
-            "final_loss": result.losses[-1] if result.losses else None,
+            "final_loss": result.final_loss,
             # the training's own cost (over every sitting of a resumed run), for studies
             # and benchmarks that report training time apart from loading and evaluation
             "train_seconds": round(result.train_seconds, 3),

@@ -88,6 +88,7 @@ class TrainResult:
     tokens_seen: int = 0  # real (unpadded) tokens trained on, over every sitting of the run
     train_seconds: float = 0.0  # wall seconds inside `train`, over every sitting of the run
     cpu_seconds: float = 0.0  # this process's CPU seconds inside `train`, likewise
+    final_loss: float | None = None  # the last step's loss, likewise (None: no step yet)
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -162,7 +163,7 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
     tick(run)
     return TrainResult(run.step, losses, last_metrics, Path(config.output_dir), path,
                        tokens_seen=run.tokens_seen, train_seconds=run.train_seconds,
-                       cpu_seconds=run.cpu_seconds)
+                       cpu_seconds=run.cpu_seconds, final_loss=run.last_loss)
 
 
 def _prepare(model: nn.Module, dataset, config: TrainConfig, lengths: Any = None) -> Run:
@@ -301,6 +302,7 @@ def _sync(run: Run, pending: Pending, window: Window, losses: list[float],
                                f"Last good checkpoint: {last or 'none'} (try a lower --lr, "
                                "--precision fp32/bf16, or more warmup)")
         losses.append(stats["loss"])
+        run.last_loss = stats["loss"]
         run.tokens_seen += stats["tokens"]
         window.add(stats)
     return stopping

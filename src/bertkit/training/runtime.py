@@ -49,6 +49,9 @@ class Run:
     # CPU seconds are what a study on a shared machine can compare; wall time is not.
     train_seconds: float = 0.0
     cpu_seconds: float = 0.0
+    # the last optimizer step's loss, over every sitting (a run resumed at its last step takes
+    # none, and its records still say how it ended)
+    last_loss: float | None = None
     clock: tuple[float, float] = (0.0, 0.0)  # (perf_counter, process_time) at the last reading
     tensorboard: Any = None  # a SummaryWriter on rank 0 when asked for and installed
 
@@ -104,6 +107,7 @@ def run_state(run: Run) -> dict[str, Any]:
         "tokens_seen": run.tokens_seen,
         "train_seconds": run.train_seconds,
         "cpu_seconds": run.cpu_seconds,
+        "last_loss": run.last_loss,
         "world_size": run.world,
         "batch_size": run.config.batch_size,
         "rng": _gather_rng(run),
@@ -137,6 +141,7 @@ def restore_run(run: Run, reseed: Callable[[int], None]) -> None:
     # states saved before the run's cost was recorded have none: counted from here on
     run.train_seconds = float(state.get("train_seconds", 0.0))
     run.cpu_seconds = float(state.get("cpu_seconds", 0.0))
+    run.last_loss = state.get("last_loss")  # (None in a state saved before it was kept)
     rngs = state["rng"]
     if len(rngs) == run.world:
         set_rng_state(rngs[run.rank])
