@@ -227,17 +227,16 @@ def test_teacher_runs_once_and_a_killed_run_resumes_to_the_same_student(tmp_path
     assert run_distill(config(tmp_path / "cut", teacher, data, resume=True)) == again
     # killed after its last state, before its records: resumed, it trains no step and its
     # records still say the loss it ended at
-    undo = kill_after(monkeypatch, step=6)
-    with pytest.raises(Killed):
-        run_distill(config(tmp_path / "last", teacher, data))
-    undo()
+    killed_after(monkeypatch, tmp_path / "last", teacher, data, step=6)
     last = run_distill(config(tmp_path / "last", teacher, data, resume=True))
     assert last["final_loss"] == whole["final_loss"] and last["steps"] == 6
 
 
-def killed_after_epoch_1(monkeypatch, out: Path, teacher: Path, data: Path) -> dict[Path, bytes]:
-    """A run killed after its first epoch's state; its files (but the lock) as they are then."""
-    undo = kill_after(monkeypatch, step=3)
+def killed_after(monkeypatch, out: Path, teacher: Path, data: Path,
+                 step: int = 3) -> dict[Path, bytes]:
+    """A run killed after its state of `step` (3: the first epoch's); its files (but the lock)
+    as they are then."""
+    undo = kill_after(monkeypatch, step=step)
     with pytest.raises(Killed):
         run_distill(config(out, teacher, data))
     undo()
@@ -253,7 +252,7 @@ def test_a_changed_teacher_or_a_damaged_cache_is_refused_before_anything_is_writ
     torch.save(state, teacher / "pytorch_model.bin")
     (teacher / "model.safetensors").unlink()
     out = tmp_path / "out"
-    before = killed_after_epoch_1(monkeypatch, out, teacher, data)
+    before = killed_after(monkeypatch, out, teacher, data)
     torch.save({k: v + 0.01 for k, v in state.items()}, teacher / "pytorch_model.bin")
     with pytest.raises(BertkitError, match="another teacher"):
         run_distill(config(out, teacher, data, resume=True))
@@ -270,7 +269,7 @@ def test_a_resumed_run_on_changed_labels_is_refused(tmp_path, monkeypatch, split
     teacher on two dev sets (or train on other labels); refused, the folder as it was."""
     data, teacher = write_sst2(tmp_path / "glue"), make_teacher(tmp_path)
     out = tmp_path / "out"
-    before = killed_after_epoch_1(monkeypatch, out, teacher, data)
+    before = killed_after(monkeypatch, out, teacher, data)
     tsv = data / "SST-2" / f"{split}.tsv"
     header, first, *rest = tsv.read_text(encoding="utf-8").splitlines()
     text, label = first.rsplit("\t", 1)

@@ -345,10 +345,11 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
                            "(layers:I,J,... keeps them)")
     data = read_transfer(task, cfg, teacher, teacher_tok, student_tok, settings)
     check_lengths(data, teacher.config, shape)
-    key = fingerprint(cfg.teacher_dir, [[f["input_ids"], f["token_type_ids"]]
-                                        for f in data.teacher_train], data.student_train,
-                      *([s.name, s.examples, s.features] for s in data.student_dev),
-                      *([s.name, s.features] for s in data.teacher_dev))
+    # the teacher's features are the student's when they share a tokenizer: hashed once
+    teacher_own = ([] if data.teacher_train is data.student_train else
+                   [data.teacher_train, *([s.name, s.features] for s in data.teacher_dev)])
+    key = fingerprint(cfg.teacher_dir, data.student_train,
+                      *([s.name, s.examples, s.features] for s in data.student_dev), *teacher_own)
     cached = read_cached_outputs(out, key)  # another teacher's or data's: refused, nothing written
     claim_output_dir(out, DISTILL_MARKER, settings_json, resume, inputs=inputs)
     try:
