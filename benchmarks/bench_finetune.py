@@ -44,7 +44,7 @@ def read_sst2(path: Path, limit: int | None) -> tuple[list[str], list[int]]:
 def run_bertkit(model_dir: str, args: argparse.Namespace, padded: bool = False,
                 grouped: bool | None = None) -> dict:
     """`grouped`: length-grouped batches (default: bertkit's default; never when `padded`)."""
-    from bertkit.training.finetune import FinetuneConfig, finetune_train_config, run_one
+    from bertkit.runs.finetune import FinetuneConfig, finetune_train_config, run_one
 
     out = Path(tempfile.mkdtemp(prefix="bench-ft-bertkit-"))
     try:
@@ -131,7 +131,7 @@ def main() -> None:
     p.add_argument("--no-padded", action="store_true", help="skip the bertkit-padded contender")
     p.add_argument("--grouped", action="store_true",
                    help="add bertkit-grouped: length-grouped batches + packed (off by default: "
-                        "grouping makes batches non-i.i.d., see docs/results.md)")
+                        "grouping makes batches non-i.i.d., see docs/reports/results.md)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=1, help="alternate bertkit / reference N times")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())

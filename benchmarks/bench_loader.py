@@ -26,11 +26,11 @@ from bertkit.data.chunks import ChunkConfig
 from bertkit.data.instances import InstanceConfig
 from bertkit.data.prepare import PrepareConfig, prepare
 from bertkit.heads import BertForPreTraining
+from bertkit.runs.pretrain import make_collate, pretraining_metrics
 from bertkit.tokenization import BertTokenizer
-from bertkit.tokenization.trainer import TrainerConfig, save_vocab, train_from_texts
 from bertkit.training import TrainConfig, train
 from bertkit.training.hardware import cpu_info
-from bertkit.training.pretrain import make_collate, pretraining_metrics
+from bertkit.vocab.trainer import TrainerConfig, save_vocab, train_from_texts
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "books"
 

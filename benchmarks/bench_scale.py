@@ -51,7 +51,7 @@ HELD_OUT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wik
 def held_out(vocab: Path) -> str:
     """Tokens per word and [UNK] rate of WikiText-2 test under a vocabulary."""
     from bertkit.tokenization import BertTokenizer
-    from bertkit.tokenization.counting import count_files, segmentation_stats
+    from bertkit.vocab.counting import count_files, segmentation_stats
 
     stats = segmentation_stats(BertTokenizer.from_pretrained(vocab), count_files([HELD_OUT]))
     return f"{stats.tokens_per_word:.4f} tokens/word, [UNK] {stats.unk_rate:.3%}"

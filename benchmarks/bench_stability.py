@@ -31,14 +31,14 @@ import torch
 from reference_loop import Recipe, encode, fit, predict_sequences
 
 from bertkit.metrics import mean_std
-from bertkit.studies.runner import RunLog
-from bertkit.tasks import get_task
-from bertkit.training.finetune import (
+from bertkit.runs.finetune import (
     FinetuneConfig,
     finetune_train_config,
     load_model,
     run_one,
 )
+from bertkit.studies.runner import RunLog
+from bertkit.tasks import get_task
 from bertkit.training.stream import epoch_order
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,7 +79,7 @@ def run_bertkit_hf_model(task_name: str, seed: int, epochs: float, model_dir: st
     between the two systems into the loop's part and the model's part."""
     from transformers import AutoModelForSequenceClassification
 
-    from bertkit.training.finetune import load_model, stream_seed
+    from bertkit.runs.finetune import load_model, stream_seed
 
     def load_hf(task, model_dir, labels, cfg=None):
         ours = load_model(task, model_dir, labels, cfg)
@@ -105,7 +105,7 @@ def run_hf_loop_bertkit_model(task_name: str, seed: int, epochs: float, model_di
 
 def run_bertkit_grouped(task_name: str, seed: int, epochs: float, model_dir: str, args) -> dict:
     """bertkit with length-grouped batches and the packed forward (the default before the
-    stability study found grouped batches less stable; see docs/results.md)."""
+    stability study found grouped batches less stable; see docs/reports/results.md)."""
     return run_bertkit(task_name, seed, epochs, model_dir, args, grouped=True)
 
 

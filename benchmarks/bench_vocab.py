@@ -9,7 +9,7 @@ on all cores included; bertkit runs ``train_from_files(files, workers=2)`` and w
 size, repeated) and the fastest repeat is kept, as the machine is shared.
 
 Quality on a held-out book (not trained on), per vocabulary, by
-`bertkit.tokenization.counting.vocab_quality` (the same function as `bertkit vocab stats
+`bertkit.vocab.counting.vocab_quality` (the same function as `bertkit vocab stats
 --held-out`): tokens per word, [UNK] rate and unigram log-likelihood per word (piece
 probabilities estimated on the training words segmented by the same vocabulary, add-one
 smoothed).
@@ -36,8 +36,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from bertkit.tokenization import BertTokenizer
-from bertkit.tokenization.counting import count_files, vocab_quality
-from bertkit.tokenization.trainer import (
+from bertkit.vocab.counting import count_files, vocab_quality
+from bertkit.vocab.trainer import (
     CRITERIA,
     SPECIAL_TOKENS,
     TrainerConfig,

@@ -1,4 +1,4 @@
-"""docs/distillation.md's full-size table, from the runs of benchmarks/study_distill.sh.
+"""docs/reports/distillation.md's full-size table, from the runs of benchmarks/study_distill.sh.
 
     python benchmarks/distill_table.py ../bertkit-studies/distill            # record + print
     python benchmarks/distill_table.py ../bertkit-studies/distill --write-doc
@@ -6,8 +6,8 @@
 Each finished `bertkit distill` run (its WORK/TASK/STUDENT-seedS/results.json) is recorded once
 in benchmarks/distill_runs.jsonl (a `RunLog`: the date and machine added), so the table is made
 from committed records, not from a work folder that may be gone; then the table is printed (and
-with --write-doc put between the markers of docs/distillation.md, beside docs/distillation.png:
-score against speed-up).
+with --write-doc put between the markers of docs/reports/distillation.md, beside
+docs/reports/distillation.png: score against speed-up).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from bertkit.studies.runner import RunLog, machine_name
 
 REPO = Path(__file__).resolve().parents[1]
 STORE = REPO / "benchmarks" / "distill_runs.jsonl"
-DOC = REPO / "docs" / "distillation.md"
-PNG = REPO / "docs" / "distillation.png"
+DOC = REPO / "docs" / "reports" / "distillation.md"
+PNG = REPO / "docs" / "reports" / "distillation.png"
 BEGIN, END = "<!-- distill-table:begin -->", "<!-- distill-table:end -->"
 TASKS = ("mrpc", "stsb", "conll2003", "sst2")
 STUDENTS = ("layers:0,2,4", "layers:0,3", "tiny")
@@ -195,7 +195,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("work", type=Path, help="the folder study_distill.sh ran in")
     p.add_argument("--store", type=Path, default=STORE)
-    p.add_argument("--write-doc", action="store_true", help="into docs/distillation.md")
+    p.add_argument("--write-doc", action="store_true", help="into docs/reports/distillation.md")
     args = p.parse_args()
     log = RunLog(args.store)
     print(f"{collect(args.work, log)} new run(s) recorded in {args.store}")

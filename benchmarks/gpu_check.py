@@ -67,7 +67,7 @@ OPTIONAL = {"blingfire": "sentence splitter; without it bertkit.data.sentences s
 # What the check's processes import: the benchmark scripts, the library modules they reach and
 # the test files of part (a). Imported here (no work done), their distributions listed.
 CHECK_MODULES = ("bench_gpu", "gpu_pays", "bertkit.cli.main", "bertkit.inference",
-                 "bertkit.tokenization.merge_kernel",
+                 "bertkit.vocab.merge_kernel",
                  "bertkit.studies.pipeline", "bertkit.training.distributed", "pytest")
 CUDA_TESTS = ["tests/training/test_cuda.py"]
 GPU_BRANCH_TESTS = ["tests/test_model.py", "tests/training/test_loop.py",

@@ -49,7 +49,7 @@ cd "$(dirname "$0")/.." || exit 2
 
 # Time caps in seconds. On one GPU: env 25 + (a) 80 + (b) 110 + (c) 325 = 540 s, the 9 minutes
 # the 15-minute lease leaves after the machine's start and the transfers; (d) adds 90 s only
-# where 2 GPUs exist. Every part ends well inside its cap by the estimates of docs/benchmarks.md.
+# where 2 GPUs exist. Every part ends well inside its cap by the estimates of docs/reports/benchmarks.md.
 if [ $DRY = 1 ]; then
     CAP_ENV=60 CAP_A=120 CAP_B=120 CAP_C=150 CAP_D=90 MODE=(--dry-run)
     BENCH=(--device cpu --smoke --precision fp32)

@@ -2,9 +2,9 @@
 GPU scale? Pre-train a small BERT on the book text for a fixed wall budget, then fine-tune it
 and the same architecture from random initialization on the SST-2 subset, each at the best rate
 of its own grid (chosen on a selection seed that is not reported), for a few seeds; the verdict
-gives both numbers. The recipe is the pre-training budget curve's (`bertkit.studies.curve` and
+gives both numbers. The recipe is the pre-training budget curve's (`bertkit.studies.pretraining.curve` and
 `curve_finetune`: MLM only, dynamic masking, no dropout, lr 1e-3, the demo's SST-2 subset), so
-the GPU point can sit on the CPU curve of docs/pretraining.md.
+the GPU point can sit on the CPU curve of docs/reports/pretraining.md.
 
     python benchmarks/gpu_pays.py --data ../shared/data --work /tmp/pays --out pays.json \\
         [--dry-run] [--deadline-s 300]
@@ -28,17 +28,17 @@ import torch
 
 from bertkit.io import atomic_write_text
 from bertkit.metrics import mean_std
+from bertkit.runs.finetune import FinetuneConfig, finetune_train_config
+from bertkit.runs.pretrain import PretrainConfig, pretrain_train_config
 from bertkit.studies import pipeline
 from bertkit.studies.ablate import task_files
-from bertkit.studies.curve import CurveSettings, architecture, prepare_data
-from bertkit.studies.curve_finetune import FinetuneSettings, gain
-from bertkit.studies.demo_finetune import select_lr
+from bertkit.studies.demo.finetune import select_lr
+from bertkit.studies.pretraining.curve import CurveSettings, architecture, prepare_data
+from bertkit.studies.pretraining.curve_finetune import FinetuneSettings, gain
 from bertkit.tokenization import BertTokenizer
-from bertkit.training.finetune import FinetuneConfig, finetune_train_config
-from bertkit.training.pretrain import PretrainConfig, pretrain_train_config
 
 # Every size of this part, in one place. The GPU figures are ESTIMATES until the pre-training
-# budget study (docs/pretraining.md) measures where its curve leaves the unigram plateau and the
+# budget study (docs/reports/pretraining.md) measures where its curve leaves the unigram plateau and the
 # first GPU run measures what 3 minutes buy: `mini` at batch 256 on an H100 is expected to run
 # thousands of steps (hundreds of millions of tokens), far past the plateau that a few
 # CPU-minutes leave a tiny model on. 3 minutes, not 4: with parts (a), (b) and the data

@@ -36,9 +36,7 @@ from bertkit.data.instances import InstanceConfig
 from bertkit.data.prepare import PrepareConfig, prepare
 from bertkit.data.shards import ShardDataset
 from bertkit.heads import BertForPreTraining, PreTrainingOutput
-from bertkit.tokenization import BertTokenizer
-from bertkit.tokenization.trainer import TrainerConfig, save_vocab, train_from_texts
-from bertkit.training.pretrain import (
+from bertkit.runs.pretrain import (
     PretrainConfig,
     make_collate,
     make_evaluator,
@@ -46,6 +44,8 @@ from bertkit.training.pretrain import (
     run_pretraining,
     split_eval,
 )
+from bertkit.tokenization import BertTokenizer
+from bertkit.vocab.trainer import TrainerConfig, save_vocab, train_from_texts
 
 REPO = Path(__file__).resolve().parents[1]
 BOOKS = REPO.parent / "shared" / "data" / "books"

@@ -1,4 +1,4 @@
-"""docs/results.md's tables: bertkit vs a plain `transformers` fine-tuning loop, task by task.
+"""docs/reports/results.md's tables: bertkit vs a plain `transformers` fine-tuning loop, task by task.
 
 Both systems start from the same checkpoint (all-MiniLM-L6-v2), train on the same examples
 (bertkit's task code reads them: the same sets, the same dev split), with the paper's recipe
@@ -22,7 +22,7 @@ version: each row takes minutes, and at these sizes neither system learns much.
 
     python benchmarks/results.py --status                        # runs recorded, started, steps
     python benchmarks/results.py --report                        # the tables from the store
-    python benchmarks/results.py --report --write-doc            # ... into docs/results.md
+    python benchmarks/results.py --report --write-doc            # ... into docs/reports/results.md
 
 Finished runs are kept in benchmarks/results_runs.jsonl (one line per system and seed); a run
 already there is not run again, so a stopped study goes on where it stopped.
@@ -64,22 +64,22 @@ from results_full import epochs as full_epochs
 from results_full import record as full_record
 
 from bertkit.metrics import mean_std
-from bertkit.studies.runner import Busy, RunLog, busy, hold
-from bertkit.tasks import get_task
-from bertkit.tokenization import BertTokenizer
-from bertkit.training.finetune import (
+from bertkit.runs.finetune import (
     FinetuneConfig,
     build_task,
     finetune_train_config,
     prepare_data,
     run_one,
 )
+from bertkit.studies.runner import Busy, RunLog, busy, hold
+from bertkit.tasks import get_task
+from bertkit.tokenization import BertTokenizer
 from bertkit.training.state import list_checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
 STORE = REPO / "benchmarks" / "results_runs.jsonl"
-DOC = REPO / "docs" / "results.md"
+DOC = REPO / "docs" / "reports" / "results.md"
 BEGIN, END = "<!-- results-table:begin -->", "<!-- results-table:end -->"
 
 # One lr per task from the paper's {2e-5, 3e-5, 5e-5}, picked once before any run (not tuned):
@@ -424,7 +424,7 @@ def main() -> None:
     p.add_argument("--status", action="store_true",
                    help="where the full-size study stands (or --task's): runs recorded, runs "
                    "started and the step each one's saved state is at")
-    p.add_argument("--write-doc", action="store_true", help="with --report: into docs/results.md")
+    p.add_argument("--write-doc", action="store_true", help="with --report: into docs/reports/results.md")
     args = p.parse_args()
     if args.report:
         records = RunLog(args.store).read()

@@ -1,4 +1,4 @@
-"""The full-size study behind docs/results.md's first table: whole training sets, the paper's
+"""The full-size study behind docs/reports/results.md's first table: whole training sets, the paper's
 recipe with its learning rate chosen on dev, bertkit and the `transformers` loop side by side.
 
 The plan, per task:
@@ -41,7 +41,7 @@ SEEDS = 3
 # training sets for SQuAD (see below): context, not a target.
 FULL = {
     # CoLA and RTE: 5 seeds each side, because at 3 their gap fell outside the reference's
-    # min-max while inside bertkit's own spread (docs/results.md, "What the numbers say").
+    # min-max while inside bertkit's own spread (docs/reports/results.md, "What the numbers say").
     "cola": {"folder": "glue", "metrics": ["mcc"], "seeds": 5, "ref_seeds": 5,
              "published": "58.9 / 47.5"},
     # MRPC: 8 seeds each side, to measure whether bertkit's seed spread (2.1x the reference's
@@ -61,7 +61,7 @@ FULL = {
     # SQuAD: only dev files here, split by article (the first 80% of the articles train, the
     # rest evaluate), length 384, stride 128, 2 epochs (the paper's SQuAD recipe): about 8k
     # training questions where the published rows had 88k (v1.1) and 130k (v2.0). An epoch is
-    # over an hour of one core (docs/results.md), so both systems keep a resumable state every
+    # over an hour of one core (docs/reports/results.md), so both systems keep a resumable state every
     # 50 steps (a quarter of an hour apart): a run killed at any time loses little.
     "squad1": {"folder": "squad", "metrics": ["f1", "exact_match"], "ref_seeds": 1,
                "split_dev": 0.2, "length": 384, "epochs": 2.0, "scale": 1, "save_every": 50,
@@ -168,7 +168,7 @@ def record(job: Job, metrics: dict, timing: dict, side_by_side: int, threads: in
             "system": job.system, "seed": job.seed, "lr": job.lr,
             "role": "lr-sweep" if job.seed == SWEEP_SEED else "row",
             "metric": FULL[job.task]["metrics"][0], "metrics": metrics, **timing,
-            # the loops' own training seconds, summed over sittings (docs/results.md)
+            # the loops' own training seconds, summed over sittings (docs/reports/results.md)
             "timing": "loop", "threads": threads, "side_by_side": side_by_side,
             "cpu": machine_name()}
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The distillation measurement of docs/distillation.md at full size: per task, all-MiniLM-L6-v2
+# The distillation measurement of docs/reports/distillation.md at full size: per task, all-MiniLM-L6-v2
 # fine-tuned on the whole training set at the lr the results study chose for it (the teacher,
 # seed 0), then students distilled from it with 3 seeds each, every one also fine-tuned without
 # the teacher from the same initial weights (--baseline): teacher layers 0,2,4 and 0,3 at the
@@ -55,7 +55,7 @@ if [ "$(cat "$work/precision")" != "$precision" ]; then
 fi
 
 for task in "${tasks[@]}"; do
-  case $task in  # folder and the lr of docs/results.md's sweep for MiniLM
+  case $task in  # folder and the lr of docs/reports/results.md's sweep for MiniLM
     mrpc) folder=glue/MRPC lr=3e-5 ;;
     stsb) folder=glue/STS-B lr=5e-5 ;;
     conll2003) folder=conll2003 lr=5e-5 ;;

@@ -1,4 +1,4 @@
-"""The pre-training budget study of docs/ablations.md (finding 3): does a few CPU-minutes of MLM
+"""The pre-training budget study of docs/reports/ablations.md (finding 3): does a few CPU-minutes of MLM
 pre-training beat random initialisation on SST-2? Not a speed benchmark: a plain loop over the
 library's shards, collate, model and metrics, so that each knob can be turned by hand.
 
@@ -25,11 +25,11 @@ from torch.utils.data import Subset
 
 from bertkit.config import BertConfig
 from bertkit.heads import BertForPreTraining
+from bertkit.runs.finetune import FinetuneConfig, finetune_train_config
+from bertkit.runs.pretrain import make_collate, make_evaluator, open_shards
 from bertkit.studies import pipeline
 from bertkit.tokenization import BertTokenizer
-from bertkit.training.finetune import FinetuneConfig, finetune_train_config
 from bertkit.training.optim import lr_at, param_groups, resolve_warmup
-from bertkit.training.pretrain import make_collate, make_evaluator, open_shards
 
 HOLDOUT = 1000  # the last instances, never trained on
 

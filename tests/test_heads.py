@@ -162,7 +162,7 @@ def test_every_head_saves_and_loads_identically(tmp_path, cls):
 def test_training_trajectory_equals_transformers():
     """30 AdamW steps from the same weights on the same batches: our sparse, weighted MLM + NSP
     loss and transformers' dense one (labels -100 elsewhere) stay equal step by step, so our
-    gradients and weight tying match (the check behind docs/ablations.md, finding 3)."""
+    gradients and weight tying match (the check behind docs/reports/ablations.md, finding 3)."""
     config = BertConfig(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=32,
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

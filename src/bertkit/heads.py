@@ -90,7 +90,7 @@ class _TiedDecoderFunction(torch.autograd.Function):
     it in place. Through `F.linear` the weight's gradient arrives as a transposed view, which
     autograd may not reuse: it sums the two (V, H) gradients into a third, newly allocated one
     (fresh pages and a pass over V x H floats every step). The gradients are computed by the
-    same matmuls as `F.linear`'s backward. Measured: docs/benchmarks.md, "Measurements behind
+    same matmuls as `F.linear`'s backward. Measured: docs/reports/benchmarks.md, "Measurements behind
     code choices"."""
 
     @staticmethod

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import json
 import os
+import re
+import shutil
 import socket
 import sys
 import tempfile
@@ -30,20 +33,85 @@ from bertkit.errors import BertkitError
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success it replaces `path`, on error it is removed."""
+def atomic_path(path: str | os.PathLike, needed: int | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success it replaces `path`, on error it is removed.
+    A full disk is a BertkitError naming `path` (`writing`); `needed` is its size when known."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    with writing(path, needed):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            yield Path(tmp)
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would differ from the user's files
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+
+# --- a full disk: the one rule for every write ----------------------------------------------------
+
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# What a failed write says where the library that made it drops the errno: torch.save's zip
+# writer ("unexpected pos", "file write failed"), numpy's tofile ("N requested and M written"),
+# safetensors ("No space left on device" inside its own error type).
+_FULL_TEXT = re.compile(r"No space left on device|Disk quota exceeded|unexpected pos"
+                        r"|file write failed|\d+ requested and \d+ written")
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """Whether `err` (or what it was raised from) is a write that found no space left."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _FULL_ERRNOS:
+            return True
+        if isinstance(seen, Exception) and _FULL_TEXT.search(str(seen)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike, needed: int | None = None) -> Iterator[None]:
+    """Write `path` in the block: a full disk (or quota) becomes one BertkitError naming the file,
+    the space left and, given `needed` (bytes), what the file needs. The block's own cleanup runs
+    first, so nothing half-written is left under the final name."""
     try:
-        yield Path(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would differ from the user's files
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        yield
+    except BertkitError:
         raise
+    except Exception as err:
+        if not is_disk_full(err):
+            raise
+        raise BertkitError(disk_full_message(Path(path), needed)) from err
+
+
+def disk_full_message(path: Path, needed: int | None = None) -> str:
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        free = f"{_size(shutil.disk_usage(folder).free)} free"
+    except OSError:
+        free = "free space unknown"
+    need = f", about {_size(needed)} needed" if needed else ""
+    return (f"{path}: no space left on the device ({free} in {folder}{need}); nothing "
+            "half-written was kept: free some space and run the same command again (with "
+            "--resume, where the command has it, to continue)")
+
+
+def _size(n: int) -> str:
+    """Bytes as a person reads them (decimal units, as `df -H` prints)."""
+    if n < 1000:
+        return f"{n} bytes"
+    scaled = float(n)
+    for unit in ("KB", "MB", "GB", "TB"):
+        scaled /= 1000
+        if scaled < 1000:
+            break
+    return f"{scaled:,.1f} {unit}"
 
 
 @contextlib.contextmanager
@@ -65,7 +133,7 @@ def updating(path: str | os.PathLike) -> Iterator[None]:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
+    with atomic_path(path, needed=len(text.encode("utf-8"))) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
@@ -267,9 +335,12 @@ def lock_output_dir(path: str | os.PathLike) -> None:
             break
     f.seek(0)
     f.truncate()
-    f.write(f"pid {os.getpid()} on {socket.gethostname()} since "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-    f.flush()
+    holder = (f"pid {os.getpid()} on {socket.gethostname()} since "
+              f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    # written past the text buffer: a write that failed (a full disk) must not stay buffered,
+    # to fail again when the file is closed at exit
+    with writing(folder / LOCK_FILE):
+        os.write(f.fileno(), holder.encode("utf-8"))
 
 
 def release_output_dir(path: str | os.PathLike) -> None:
@@ -283,7 +354,8 @@ def release_output_dir(path: str | os.PathLike) -> None:
     with contextlib.suppress(OSError):
         if os.path.samestat(os.fstat(f.fileno()), os.stat(folder / LOCK_FILE)):
             os.unlink(folder / LOCK_FILE)
-    f.close()
+    with contextlib.suppress(OSError):  # called at exit: never a traceback after the work
+        f.close()
 
 
 def check_unlocked(path: str | os.PathLike) -> None:
@@ -322,7 +394,7 @@ def _holds(folder: Path) -> bool:
 def _locked_message(folder: Path, holder: str) -> str:
     return (f"{folder}: another process is writing this folder ({holder or 'its lock is held'}); "
             "wait for it to end or stop it (under torchrun stop the workers too: "
-            "docs/scaling.md), or choose another output folder")
+            "docs/reports/scaling.md), or choose another output folder")
 
 
 def _forget_locks() -> None:

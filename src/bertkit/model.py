@@ -34,7 +34,7 @@ from bertkit.switches import device_generic
 from bertkit.varlen import GROUP_COST, VarlenLayout
 
 # FlashAttention's varlen kernel (CUDA) in recent torch, imported on first use (`_varlen_attn`):
-# importing it imports torch._dynamo, 1.4 s of every command's start-up (docs/benchmarks.md),
+# importing it imports torch._dynamo, 1.4 s of every command's start-up (docs/reports/benchmarks.md),
 # and only CUDA runs it
 varlen_attn: Any = ...  # ... = not imported yet; None = this torch has none
 
@@ -60,7 +60,7 @@ def activation(name: str):
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """`F.dropout` with the same distribution. On the CPU the keep-mask comes from 16-bit slices
     of uniform 64-bit random words, four decisions per draw from the default generator, instead of
-    `bernoulli_` (one float draw per element), the cheaper draw (docs/benchmarks.md, "Dropout
+    `bernoulli_` (one float draw per element), the cheaper draw (docs/reports/benchmarks.md, "Dropout
     masks on the CPU"). The drop probability is p rounded to a multiple of 2**-16
     (0.1 -> 0.100006) and the kept values are scaled by the inverse of the rounded keep
     probability, so the expectation is exact. The heads' dropout is this one too."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 GROUP_COST = 1024.0  # the fixed cost of one more attention call, in (tokens x tokens) units,
-# timed on the CPU; other devices keep one group until measured there (docs/benchmarks.md)
+# timed on the CPU; other devices keep one group until measured there (docs/reports/benchmarks.md)
 
 
 @dataclass

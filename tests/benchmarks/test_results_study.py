@@ -99,10 +99,10 @@ def test_every_full_row_names_its_metrics_and_a_published_reference(task):
 
 
 def test_the_docs_full_table_is_the_stores():
-    """docs/results.md shows what the committed store holds (`results.py --report --write-doc`
+    """docs/reports/results.md shows what the committed store holds (`results.py --report --write-doc`
     after the runs): a store committed without its table, or a hand edit, fails here."""
     records = RunLog(study.REPO / "benchmarks" / "results_runs.jsonl").read()
-    doc = (study.REPO / "docs" / "results.md").read_text(encoding="utf-8")
+    doc = (study.REPO / "docs" / "reports" / "results.md").read_text(encoding="utf-8")
     shown = doc.split(study.FULL_BEGIN, 1)[1].split(study.FULL_END, 1)[0].strip().splitlines()
     assert shown == study.full_table(records)
 

@@ -313,7 +313,7 @@ def test_a_run_killed_inside_an_epoch_resumes_from_save_every_to_the_same_model(
 
 def test_bare_resume_continues_or_is_refused_and_auto_starts(tiny_model, shared_data, tmp_path,
                                                              capsys):
-    """docs/scaling.md's table: bare --resume into a new folder (or one whose run saved no
+    """docs/reports/scaling.md's table: bare --resume into a new folder (or one whose run saved no
     checkpoint) has nothing to continue and is refused in one line, writing nothing; `--resume
     auto` starts there."""
     glue = ["--data", str(shared_data / "glue")]

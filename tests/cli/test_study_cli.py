@@ -100,11 +100,11 @@ def test_recipes_refuse_what_they_cannot_do(shared_data, tmp_path, capsys):
 
 def test_a_report_from_a_curve_made_again_keeps_the_committed_rows(shared_data, tmp_path,
                                                                    monkeypatch, capsys):
-    """`--report docs` from a work folder whose point is reproduced but not fine-tuned again:
+    """`--report docs/reports` from a work folder whose point is reproduced but not fine-tuned again:
     the committed row stays in the table and its records, said in the status lines."""
     import json
 
-    from bertkit.studies import curve, curve_finetune
+    from bertkit.studies.pretraining import curve, curve_finetune
 
     monkeypatch.setattr(curve_finetune, "first_guesses", lambda point: [])  # (no export here)
     work, docs = tmp_path / "work", tmp_path / "docs"

@@ -97,7 +97,7 @@ def test_stats_reports_tokens_per_word_and_unk(tmp_path, capsys):
 def test_held_out_quality_gzip_input_and_removed_name(tmp_path, capsys):
     import gzip
 
-    from bertkit.tokenization.counting import count_files, vocab_quality
+    from bertkit.vocab.counting import count_files, vocab_quality
 
     paths = _write_corpus(tmp_path)
     packed = tmp_path / "a.txt.gz"

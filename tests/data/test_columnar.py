@@ -169,7 +169,7 @@ def test_prepare_gives_the_same_shards_from_parquet_datasets_and_jsonl(formats, 
 
 
 def test_vocab_train_counts_the_words_of_parquet_and_datasets_folders(formats, tmp_path):
-    from bertkit.tokenization.counting import count_files
+    from bertkit.vocab.counting import count_files
 
     renamed = tmp_path / "text.parquet"  # vocab train reads the "text" column
     pq.write_table(table().rename_columns(["id", "title", "text"]), renamed)

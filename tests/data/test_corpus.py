@@ -176,7 +176,7 @@ def _content(name: str) -> bytes:
 
 @pytest.mark.parametrize("name", list(COMPRESSORS))
 def test_compressed_files_read_whole_and_cut_short_are_errors(tmp_path, name):
-    from bertkit.tokenization.counting import count_file
+    from bertkit.vocab.counting import count_file
 
     packed = COMPRESSORS[name](_content(name))
     whole, cut = tmp_path / f"whole.{name}", tmp_path / f"cut.{name}"

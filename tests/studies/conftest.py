@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from bertkit.studies import curve
+from bertkit.studies.pretraining import curve
 from bertkit.training import loop, runtime
 
 BUDGETS = (0.0006, 0.0012)  # CPU-hours: 2.16 and 4.32 CPU-seconds

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.studies import cooldown, curve, curve_finetune, curve_points
+from bertkit.studies.pretraining import cooldown, curve, curve_finetune, curve_points
 from bertkit.training.optim import lr_at
 from bertkit.training.state import list_checkpoints
 from tests.studies.conftest import BUDGETS

@@ -12,7 +12,7 @@ import multiprocessing
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.studies import curve, curve_points
+from bertkit.studies.pretraining import curve, curve_points
 from tests.studies.conftest import BUDGETS
 
 pytestmark = pytest.mark.usefixtures("one_thread")

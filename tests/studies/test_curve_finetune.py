@@ -13,7 +13,7 @@ import math
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.studies import curve, curve_finetune
+from bertkit.studies.pretraining import curve, curve_finetune
 from tests.helpers import held_elsewhere
 
 
@@ -224,7 +224,7 @@ def test_report_rewrites_only_the_block_between_the_markers(tmp_path):
 
 
 def test_the_demo_report_states_what_the_curves_measured(tmp_path):
-    from bertkit.studies.demo_report import curve_lines
+    from bertkit.studies.demo.report import curve_lines
 
     fp32, bf16 = tmp_path / "pretrain_curve.json", tmp_path / "pretrain_curve_bf16.json"
     assert "not found" in curve_lines([fp32, bf16])[0]

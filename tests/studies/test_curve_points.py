@@ -1,4 +1,4 @@
-"""Taking the curve's points off its one run (bertkit.studies.curve_points): points at CPU-second
+"""Taking the curve's points off its one run (bertkit.studies.pretraining.curve_points): points at CPU-second
 budgets across sittings that stop and continue, a run that ends below a budget, a budget passed
 without its record."""
 
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.studies import curve, curve_finetune, curve_points
+from bertkit.studies.pretraining import curve, curve_finetune, curve_points
 from tests.studies.conftest import BUDGETS, STEP_CPU_SECONDS
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.studies import demo_finetune, demo_report
-from bertkit.studies.demo_config import SCALES, DemoConfig, choose_scale, scale_for_machine
+from bertkit.studies.demo import finetune as demo_finetune
+from bertkit.studies.demo import report as demo_report
+from bertkit.studies.demo.config import SCALES, DemoConfig, choose_scale, scale_for_machine
 from bertkit.studies.probe import LayerDrift
 from bertkit.studies.results import ResultsStore
 

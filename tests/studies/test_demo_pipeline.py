@@ -1,5 +1,5 @@
 """`make demo` end to end at a tiny scale: every step runs and the report holds every section
-(the accuracy claim itself needs the full budget; docs/ablations.md has the measured numbers)."""
+(the accuracy claim itself needs the full budget; docs/reports/ablations.md has the measured numbers)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from bertkit.cli.main import main
 from bertkit.inference.pretraining import fill_mask, is_next_probability, load_pretraining_model
-from bertkit.studies import demo
+from bertkit.studies.demo import run as demo
 
 
 def test_pretraining_files_takes_the_first_megabytes(tmp_path):

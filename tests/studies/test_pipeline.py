@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from bertkit.runs.pretrain import PretrainConfig
 from bertkit.studies import pipeline
-from bertkit.training.pretrain import PretrainConfig
 
 START_UP, STEP = 0.06, 0.02  # seconds the fake training loop takes: once a run, and a step
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.studies import curve, curve_finetune, curve_points, recipes
+from bertkit.studies.pretraining import curve, curve_finetune, curve_points, recipes
 from bertkit.studies.report import pyplot
 from bertkit.training.state import saved_cost
 from tests.helpers import held_elsewhere, small_glue

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.studies import cooldown, curve, curve_points, reproduce
+from bertkit.studies.pretraining import cooldown, curve, curve_points, reproduce
 from bertkit.training.state import list_checkpoints
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -116,9 +116,9 @@ def test_a_branch_that_began_past_its_point_is_reproduced_from_there(settings, t
 
 
 def test_the_documented_bf16_curve_has_a_plan_to_reproduce():
-    """docs/pretrain_curve_bf16.json predates plans: its status lines give the horizon and
+    """docs/reports/pretrain_curve_bf16.json predates plans: its status lines give the horizon and
     the budget points' steps (the decay branches follow from them)."""
-    report = json.loads((Path(__file__).parents[2] / "docs" / "pretrain_curve_bf16.json")
+    report = json.loads((Path(__file__).parents[2] / "docs" / "reports" / "pretrain_curve_bf16.json")
                         .read_text(encoding="utf-8"))
     plan = reproduce.report_plan(report, "pretrain_curve_bf16.json")
     assert plan["steps"] == 27740
@@ -135,7 +135,7 @@ def _row(budget, step, scores=(), task=None):
 
 
 def test_a_report_rewritten_from_a_reproduction_keeps_the_rows_it_has_not_scored(tmp_path):
-    """The next sitting's `--report docs` from a curve made again (points reproduced, few cells
+    """The next sitting's `--report docs/reports` from a curve made again (points reproduced, few cells
     run again) must not drop the committed rows: a row scored here wins, an earlier scored row
     of the same point (same step) or of a point not reached here is kept and said; another run
     of the recipe (a point at another step) or a report of other settings is refused."""

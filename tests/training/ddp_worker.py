@@ -30,9 +30,9 @@ from bertkit.config import BertConfig
 from bertkit.data.shards import ShardDataset
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForPreTraining
+from bertkit.runs.pretrain import make_collate, pretraining_metrics
 from bertkit.tokenization import BertTokenizer
 from bertkit.training import TrainConfig, distributed, train
-from bertkit.training.pretrain import make_collate, pretraining_metrics
 from bertkit.training.signals import terminate_as_interrupt
 
 

@@ -30,8 +30,8 @@ from bertkit.cli.main import main
 from bertkit.data.chunks import ChunkConfig
 from bertkit.data.instances import InstanceConfig
 from bertkit.data.prepare import PrepareConfig, prepare
-from bertkit.tokenization.trainer import TrainerConfig, save_vocab, train_from_texts
 from bertkit.training.state import list_checkpoints, restore_cuda_rng
+from bertkit.vocab.trainer import TrainerConfig, save_vocab, train_from_texts
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -229,7 +229,7 @@ def test_a_process_group_that_does_not_form_ends_in_one_line(corpus, tmp_path):
         f"bertkit: error: the 2 processes did not all join within 2 s (rank 0 of 2, gloo, "
         f"store 127.0.0.1:{port}; relaunch the job. Under torchrun with several nodes and "
         "--max-restarts, launch with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; on a slow start "
-        "raise --join-timeout (docs/scaling.md))"]
+        "raise --join-timeout (docs/reports/scaling.md))"]
     assert not (tmp_path / "out").exists()
 
 

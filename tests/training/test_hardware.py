@@ -22,7 +22,7 @@ BASE = "fpu sse sse2 ssse3 sse4_1 sse4_2 fma avx f16c avx2 bmi1 bmi2"
 AVX512 = "avx512f avx512dq avx512cd avx512bw avx512vl avx512_vnni"
 
 # The three CPUs of the issue, plus this session's Xeon, as /proc/cpuinfo shows them, and what
-# bf16 measured against fp32 there (docs/benchmarks.md, "Precision").
+# bf16 measured against fp32 there (docs/reports/benchmarks.md, "Precision").
 MACHINES = {
     # Xeon with AMX (Sapphire Rapids): AMX bf16 tiles, bf16 several times fp32.
     "xeon-amx": ("GenuineIntel", f"{BASE} {AVX512} avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8",

@@ -26,11 +26,11 @@ from bertkit.data.prepare import PrepareConfig, prepare
 from bertkit.errors import BertkitError
 from bertkit.io import LOCK_FILE, lock_output_dir, release_output_dir
 from bertkit.tokenization import BertTokenizer
-from bertkit.tokenization.trainer import TrainerConfig, save_vocab, train_from_texts
 from bertkit.training import distributed
 from bertkit.training.loop import TrainConfig
 from bertkit.training.signals import terminate_as_interrupt
 from bertkit.training.state import list_checkpoints, resolve_resume
+from bertkit.vocab.trainer import TrainerConfig, save_vocab, train_from_texts
 
 SEQ = 48
 

@@ -16,7 +16,7 @@ from bertkit.studies.ablate import (
     AblationConfig,
     run_ablation,
 )
-from bertkit.tokenization.trainer import CRITERIA
+from bertkit.vocab.trainer import CRITERIA
 
 ABLATION_DEFAULTS = AblationConfig("", ("-",), "")  # the defaults, defined once in the library
 PRETRAIN_TRAIN_DEFAULTS = ABLATION_DEFAULTS.pretrain.train
@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tokenizer", default=None, metavar="DIR", help="use this vocabulary")
     p.add_argument("--vocab-size", type=int, default=ABLATION_DEFAULTS.vocab_size, help="vocabulary to learn")
     p.add_argument("--vocab-criterion", choices=CRITERIA, default=ABLATION_DEFAULTS.vocab_criterion,
-                   help="WordPiece merge criterion (docs/ablations.md)")
+                   help="WordPiece merge criterion (docs/reports/ablations.md)")
     p.add_argument("--max-seq-length", type=int, default=ABLATION_DEFAULTS.max_seq_length,
                    help="pre-training length")
     p.add_argument("--dropout", type=float, default=ABLATION_DEFAULTS.dropout, help="dropout of every model")
@@ -62,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", choices=("auto", "fp32", "bf16"), default=PRETRAIN_TRAIN_DEFAULTS.precision)
     p.add_argument("--finetune-lr", type=float, default=FINETUNE_TRAIN_DEFAULTS.lr,
                    help="(at 1e-4-3e-4 tiny random-init models can stay at one class; "
-                   "docs/ablations.md, finding 3)")
+                   "docs/reports/ablations.md, finding 3)")
     p.add_argument("--epochs", type=float, default=ABLATION_DEFAULTS.finetune.epochs)
     p.add_argument("--finetune-batch-size", type=int, default=FINETUNE_TRAIN_DEFAULTS.batch_size)
     p.add_argument("--max-train-examples", type=int, default=ABLATION_DEFAULTS.finetune.max_train_examples,

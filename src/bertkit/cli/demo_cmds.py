@@ -1,4 +1,4 @@
-"""`bertkit demo` (what `make demo` runs): the main demo, see `bertkit.studies.demo`."""
+"""`bertkit demo` (what `make demo` runs): the main demo, see `bertkit.studies.demo.run`."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import argparse
 from pathlib import Path
 
 from bertkit.cli.common import data_root
-from bertkit.studies.demo import DemoConfig, run
-from bertkit.studies.demo_config import SCALES
-from bertkit.tokenization.trainer import CRITERIA
+from bertkit.studies.demo.config import SCALES
+from bertkit.studies.demo.run import DemoConfig, run
+from bertkit.vocab.trainer import CRITERIA
 
 DEMO_DEFAULTS = DemoConfig(Path("."))  # the defaults, defined once in the library
 
@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab-size", type=int, default=DEMO_DEFAULTS.vocab_size)
     p.add_argument("--vocab-criterion", choices=CRITERIA,
                    default=DEMO_DEFAULTS.vocab_criterion,
-                   help="WordPiece merge criterion (docs/ablations.md)")
+                   help="WordPiece merge criterion (docs/reports/ablations.md)")
     p.add_argument("--pretrain-mb", type=float, default=DEMO_DEFAULTS.pretrain_mb,
                    help="MB of the corpus turned into pre-training instances (default: "
                    f"{SCALES['cpu'].pretrain_mb:g} on a CPU, {SCALES['cuda'].pretrain_mb:g} "
@@ -66,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="SST-2 dev subset (default: all 872)")
     p.add_argument("--finetune-lr", type=float, nargs="+", default=DEMO_DEFAULTS.finetune_lr,
                    help="fine-tuning lr grid of both small models, selected on dev (at 3e-4 "
-                   "random-init runs can stay at the majority class; docs/ablations.md; "
+                   "random-init runs can stay at the majority class; docs/reports/ablations.md; "
                    f"default: {_grid(DEMO_DEFAULTS.finetune_lr)})")
     p.add_argument("--epochs", type=float, default=DEMO_DEFAULTS.epochs)
     _add_reference_options(p)

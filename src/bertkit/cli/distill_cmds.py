@@ -1,5 +1,5 @@
 """`bertkit distill`: a smaller, faster student from a fine-tuned teacher, scored and timed
-next to it (`bertkit.training.distill`)."""
+next to it (`bertkit.runs.distill`)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from bertkit.cli.finetune_cmds import (
 )
 from bertkit.config import PRESETS
 from bertkit.errors import BertkitError
-from bertkit.tasks import ColumnSpec
-from bertkit.training.distill import UNLABELLED_FORMATS, DistillConfig, resolve_task, run_distill
-from bertkit.training.finetune import (
+from bertkit.runs.distill import UNLABELLED_FORMATS, DistillConfig, resolve_task, run_distill
+from bertkit.runs.finetune import (
     FinetuneConfig,
     build_task,
     check_data,
     finetune_train_config,
 )
+from bertkit.tasks import ColumnSpec
 
 DEFAULTS = DistillConfig("", "tiny", FinetuneConfig("", "", ""))  # defined once, in the library
 
@@ -81,7 +81,7 @@ def _distill_options(p: argparse._ActionsContainer) -> None:
                    "evenly spaced), embeddings included. The teacher then runs beside the "
                    "student on every batch (about its forward's cost per step) and batches are "
                    "not packed. Students that read the teacher's tokens only (layers:, a "
-                   "preset). Default 0: off (docs/distillation.md says what it measured)")
+                   "preset). Default 0: off (docs/reports/distillation.md says what it measured)")
     p.add_argument("--attention-weight", type=float, default=DEFAULTS.attention_weight,
                    metavar="GAMMA",
                    help="add GAMMA x MiniLM's attention loss: the KL divergence between the "
@@ -89,7 +89,7 @@ def _distill_options(p: argparse._ActionsContainer) -> None:
                    "student layer and its teacher layer (mapped as for --hidden-weight). The "
                    "student needs the teacher's heads (layers: keeps them). The teacher runs "
                    "beside the student, as for --hidden-weight. Default 0: off "
-                   "(docs/distillation.md says what it measured)")
+                   "(docs/reports/distillation.md says what it measured)")
     p.add_argument("--unlabelled", default=None, metavar="FILE",
                    help="more texts, labelled by the teacher only: one per line, JSONL "
                    "(\"text\", \"pair\") or the task's own format; see --unlabelled-format")

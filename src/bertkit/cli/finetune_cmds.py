@@ -17,12 +17,12 @@ from bertkit.cli.common import add_hardware, add_join_timeout, add_resume, run_t
 from bertkit.errors import BertkitError
 from bertkit.inference.finetuned import evaluate_model, predict_examples, task_of
 from bertkit.io import atomic_write_text, check_new_file, claim_output_dir
+from bertkit.runs.finetune import FinetuneConfig, build_task, check_data, finetune_train_config, run_one
+from bertkit.runs.grid import run_grid
 from bertkit.tasks import ColumnSpec, FeatureSettings
 from bertkit.tasks.inputs import from_records, read_input
 from bertkit.training import distributed
 from bertkit.training.config import TrainConfig
-from bertkit.training.finetune import FinetuneConfig, build_task, check_data, finetune_train_config, run_one
-from bertkit.training.grid import run_grid
 from bertkit.training.optim import OPTIMIZERS, SCHEDULES
 
 TASK_HELP = ("cola sst2 mrpc stsb qqp mnli qnli rte wnli squad1 squad2 conll2003 swag custom")
@@ -79,11 +79,11 @@ def _add_finetune(subparsers) -> None:
     speed = p.add_argument_group("hardware and speed")
     add_hardware(speed, FINETUNE_DEFAULTS.train)
     speed.add_argument("--compile", action="store_true",
-                       help="torch.compile the model (padded batches; see docs/benchmarks.md)")
+                       help="torch.compile the model (padded batches; see docs/reports/benchmarks.md)")
     add_packing(speed)
     speed.add_argument("--group-by-length", action="store_true",
                        help="batches of similar lengths: less padding in attention, but batches "
-                       "are no longer i.i.d. and runs are less stable (docs/results.md)")
+                       "are no longer i.i.d. and runs are less stable (docs/reports/results.md)")
     state = p.add_argument_group("the run's files")
     add_state_options(state, FINETUNE_DEFAULTS.train)
     state.add_argument("--no-test-predictions", action="store_true",
@@ -127,7 +127,7 @@ def add_state_options(p: argparse._ActionsContainer, train: TrainConfig) -> None
     """Evaluation, logging, resumable states, --resume (finetune, distill)."""
     p.add_argument("--eval-every", type=int, default=0,
                    help="steps between dev evaluations (under torchrun the other processes "
-                   "wait for rank 0's: see docs/scaling.md for the time limit)")
+                   "wait for rank 0's: see docs/reports/scaling.md for the time limit)")
     p.add_argument("--log-every", type=int, default=train.log_every,
                    help="steps between lines of OUTPUT/metrics.jsonl")
     p.add_argument("--save-every", type=int, default=0,

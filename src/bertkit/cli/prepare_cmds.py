@@ -12,8 +12,8 @@ from bertkit.data.parts import merge_parts, parse_part, prepare_part
 from bertkit.data.prepare import PrepareConfig, prepare
 from bertkit.errors import BertkitError
 from bertkit.io import check_output_outside
+from bertkit.runs.pretrain_recipes import RECIPES, prepare_settings, recipe_help
 from bertkit.tokenization import BertTokenizer
-from bertkit.training.pretrain_recipes import RECIPES, prepare_settings, recipe_help
 
 # the paper's values of the options a --recipe may set: the library's defaults
 _INSTANCE, _CHUNK = InstanceConfig(), ChunkConfig(InstanceConfig())

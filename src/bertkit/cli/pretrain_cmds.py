@@ -14,11 +14,11 @@ from bertkit.data.meta import read_meta
 from bertkit.errors import BertkitError
 from bertkit.inference.pretraining import fill_mask, is_next_probability, load_pretraining_model
 from bertkit.io import check_new_file
+from bertkit.runs.pretrain import OBJECTIVES, PretrainConfig, pretrain_train_config, run_pretraining
+from bertkit.runs.pretrain_recipes import RECIPES, pretrain_settings, recipe_help
 from bertkit.studies.report import plot_run
 from bertkit.training import distributed
 from bertkit.training.optim import OPTIMIZERS, SCHEDULES
-from bertkit.training.pretrain import OBJECTIVES, PretrainConfig, pretrain_train_config, run_pretraining
-from bertkit.training.pretrain_recipes import RECIPES, pretrain_settings, recipe_help
 
 PRETRAIN_DEFAULTS = PretrainConfig(data="")  # the defaults, defined once in the library
 TRAIN_DEFAULTS = PRETRAIN_DEFAULTS.train

@@ -45,7 +45,7 @@ def run_serve(args: argparse.Namespace) -> int:
                            "pip install 'bertkit[serve]'")
     # oneDNN caches one kernel per GEMM shape (1,024 by default); length-bucketed batches of many
     # sizes keep adding shapes, so a server's memory grew all through a load test. A small cache
-    # keeps it flat at no measured cost (docs/benchmarks.md has both measurements). Read by
+    # keeps it flat at no measured cost (docs/reports/benchmarks.md has both measurements). Read by
     # oneDNN when it first runs a kernel, so set before any model does; the user's value wins.
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "8")
     # imported here: FastAPI and uvicorn are an optional extra, the rest of the CLI works without

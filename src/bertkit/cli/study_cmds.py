@@ -13,10 +13,10 @@ from bertkit.cli.common import data_root
 from bertkit.config import PRESETS
 from bertkit.errors import BertkitError
 from bertkit.io import read_json_object
-from bertkit.studies import cooldown, curve, curve_finetune, curve_points, recipes, reproduce
+from bertkit.runs.pretrain_recipes import RECIPES, recipe_help
+from bertkit.studies.pretraining import cooldown, curve, curve_finetune, curve_points, recipes, reproduce
 from bertkit.studies.report import check_report_target
 from bertkit.tasks.glue import GLUE_TASKS
-from bertkit.training.pretrain_recipes import RECIPES, recipe_help
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Start or continue a study: the same command continues where the last "
         "sitting stopped, and prints the status first. `pretrain-curve`: one pre-training run on "
         "book text, exported at budgets of its own CPU-hours, each point fine-tuned against the "
-        "same architecture from random initialization (docs/pretraining.md). "
+        "same architecture from random initialization (docs/reports/pretraining.md). "
         "`pretrain-recipes`: the curve's recipe and one-change variants of it (--variants), "
         "each pre-trained for one fixed budget (--budget) and fine-tuned the same way.")
     p.add_argument("name", choices=STUDIES)
@@ -48,7 +48,7 @@ def _sitting_options(p: argparse._ArgumentGroup) -> None:
                    metavar="DIR", help="the study's folder: data, the run, the points, study.json "
                    f"(default: {DEFAULT_WORK}, -RECIPE added for --recipe, -bf16 for "
                    "--precision bf16; outside the checkout, though a new machine may not keep "
-                   "it: --report docs keeps the records)")
+                   "it: --report docs/reports keeps the records)")
     p.add_argument("--data", type=Path, default=None, metavar="DIR",
                    help="folder with books/, gutenberg/, wikitext-2/, glue/ (default: "
                    "$BERTKIT_DATA, else ../shared/data)")
@@ -57,7 +57,7 @@ def _sitting_options(p: argparse._ArgumentGroup) -> None:
     p.add_argument("--reproduce", type=Path, default=None, metavar="REPORT",
                    help="pretrain-curve: begin --work as a reproduction of the curve whose "
                    "records REPORT holds (the JSON --report writes, e.g. "
-                   "docs/pretrain_curve_bf16.json): its horizon, and each budget point taken at "
+                   "docs/reports/pretrain_curve_bf16.json): its horizon, and each budget point taken at "
                    "the step it was recorded at rather than at this machine's CPU seconds; the "
                    "options must make its settings. Same CPU class and threads: the same models")
     p.add_argument("--status", action="store_true", help="print the status and stop")

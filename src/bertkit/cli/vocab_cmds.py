@@ -11,14 +11,14 @@ from bertkit.data.corpus import Fields
 from bertkit.errors import BertkitError
 from bertkit.io import check_output_outside, claim_output_dir
 from bertkit.tokenization import BertTokenizer
-from bertkit.tokenization.counting import (
+from bertkit.vocab.counting import (
     VocabQuality,
     count_files,
     expand_inputs,
     segmentation_stats,
     vocab_quality,
 )
-from bertkit.tokenization.trainer import (
+from bertkit.vocab.trainer import (
     CRITERIA,
     TrainerConfig,
     save_vocab,
@@ -58,7 +58,7 @@ def _register_train(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--criterion", choices=CRITERIA,
                    default=TrainerConfig.criterion,
                    help="likelihood: the exact increase of the unigram log-likelihood (the "
-                   "best vocabularies measured, docs/benchmarks.md); pmi: the ratio "
+                   "best vocabularies measured, docs/reports/benchmarks.md); pmi: the ratio "
                    "count(ab) / (count(a) count(b)), which at small sizes leaves common words "
                    "split; frequency: count(ab), i.e. BPE")
     p.add_argument("--min-frequency", type=int, default=2,

@@ -13,7 +13,7 @@ Objectives:
 - ``mlm`` (the paper's "No NSP" ablation): ``[CLS] S [SEP]``, contiguous whole sentences of one
   document filling the length, one segment, label -1.
 
-Deviations from Google's script (each keeps the stated proportions exact; see docs/benchmarks.md):
+Deviations from Google's script (each keeps the stated proportions exact; see docs/reports/benchmarks.md):
 the short target length is drawn per instance, not once per document (with a few long documents
 such as books, per-document draws would make the 10% a coin toss per book); a chunk of a single
 sentence is split inside the sentence instead of always taking a random next (which pushes

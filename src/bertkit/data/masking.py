@@ -7,12 +7,12 @@ tokens; replace 80% of them by [MASK], 10% by a random token and keep 10% unchan
 model cannot learn that only [MASK] positions matter. With whole-word masking a word's `##`
 pieces are chosen (or skipped) together.
 
-Two deliberate differences from Google's script, both stated in docs/benchmarks.md:
+Two deliberate differences from Google's script, both stated in docs/reports/benchmarks.md:
 n counts only the non-special tokens (Google counts [CLS]/[SEP] too: 19 of the 125 eligible
 tokens at length 128, 15.2%), and the random replacement is never a special token (Google's may
 be [CLS], [SEP], [PAD] or [MASK]). [UNK] is an ordinary token here by default, as in Google's
 script (maskable, predicted, drawn as a random replacement); `mask_unk=False` makes it special
-(never chosen nor drawn), bertkit's behaviour before; docs/results.md measures the choice.
+(never chosen nor drawn), bertkit's behaviour before; docs/reports/results.md measures the choice.
 
 Selection is vectorized over a padded batch: without WWM a uniform sample of k eligible
 positions per row, which is the distribution of Google's shuffle-then-take."""

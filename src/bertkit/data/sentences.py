@@ -1,6 +1,6 @@
 """Sentence splitting: blingfire where it loads, else rules in pure Python.
 
-blingfire (chosen over pysbd for speed and quality: docs/benchmarks.md) ships x86-64 binaries
+blingfire (chosen over pysbd for speed and quality: docs/reports/benchmarks.md) ships x86-64 binaries
 only; on Apple Silicon or aarch64 Linux its import or its first call fails. So it is imported
 here, when sentences are first split, never by the CLI at start-up, and where it does not load
 the rule-based splitter below takes over, with one log line. The two split some paragraphs

@@ -10,11 +10,11 @@ from typing import Any
 from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
+from bertkit.runs.finetune import TASK_KEY, evaluate_splits, load_split, write_json
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task, get_task
 from bertkit.tasks.base import run_model
 from bertkit.tasks.feature_based import load_finetuned
 from bertkit.tokenization import BertTokenizer
-from bertkit.training.finetune import TASK_KEY, evaluate_splits, load_split, write_json
 
 
 def task_of(model_dir: str | Path, name: str | None, columns: ColumnSpec | None = None) -> Task:

@@ -23,9 +23,9 @@ from bertkit.inference.encoder import Encoder, sentence_transformers_settings
 from bertkit.inference.finetuned import load_for, task_of
 from bertkit.inference.pretraining import load_pretraining_model
 from bertkit.model import BertModel
+from bertkit.runs.finetune import TASK_KEY
 from bertkit.tasks import Task
 from bertkit.tokenization import BertTokenizer
-from bertkit.training.finetune import TASK_KEY
 
 
 @dataclass

@@ -80,7 +80,7 @@ def _join(environ: Mapping[str, str], backend: str, rank: int, world: int,
     advice = (f"rank {rank} of {world}, {backend}, store {where}; relaunch the job. Under "
               "torchrun with several nodes and --max-restarts, launch with "
               "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; on a slow start raise --join-timeout "
-              "(docs/scaling.md)")
+              "(docs/reports/scaling.md)")
     done = threading.Event()
 
     def expire() -> None:

@@ -54,7 +54,7 @@ def resolve_device(name: str | torch.device) -> torch.device:
 
 # --precision auto: bf16 only where the hardware multiplies bf16 fast; emulated bf16 (AVX2-only
 # CPUs) is several times slower than fp32, and oneDNN's Intel bf16 path wants AMX. The
-# measurements per CPU class behind each rule are in docs/benchmarks.md ("Precision").
+# measurements per CPU class behind each rule are in docs/reports/benchmarks.md ("Precision").
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def cpu_info(cpuinfo: str | None = None) -> CpuInfo:
 
 
 def cpu_bf16_native(cpu: CpuInfo) -> tuple[bool, str]:
-    """Whether bf16 matmuls beat fp32 on this CPU, and why (docs/benchmarks.md, "Precision")."""
+    """Whether bf16 matmuls beat fp32 on this CPU, and why (docs/reports/benchmarks.md, "Precision")."""
     if "amx_bf16" in cpu.flags:
         return True, "CPU has AMX (amx_bf16)"
     if "avx512_bf16" in cpu.flags and cpu.vendor == "AuthenticAMD":

@@ -7,7 +7,7 @@
   (You et al. 2020, layer-wise trust ratio) for large batches.
 - `lr_at`: a pure function of the step, in one of two shapes (`SCHEDULES`): "linear" (HF's:
   warm up to the peak, then decay to 0) or "google" (Google's optimization.py: decay from step 0,
-  warmup overriding it). docs/results.md measures both choices.
+  warmup overriding it). docs/reports/results.md measures both choices.
 """
 
 from __future__ import annotations

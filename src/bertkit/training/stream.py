@@ -203,7 +203,7 @@ class _Collate:
 
 def default_workers(device: torch.device) -> int:
     """DataLoader worker processes when none are asked for: none on the CPU, where a worker
-    takes a core from the step's own threads (docs/benchmarks.md, "Data loading"), and up to 4
+    takes a core from the step's own threads (docs/reports/benchmarks.md, "Data loading"), and up to 4
     per process on a GPU, where collating in the main process leaves the device idle."""
     if device.type == "cpu":
         return 0
