@@ -19,6 +19,8 @@ from typing import Any
 
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
+from bertkit.runs.finetune import FinetuneConfig, finetune_train_config
+from bertkit.runs.pretrain import PretrainConfig, pretrain_train_config
 from bertkit.studies import pipeline
 from bertkit.studies.report import (
     format_mean_std,
@@ -31,9 +33,7 @@ from bertkit.studies.report import (
 from bertkit.studies.results import Progress, ResultsStore, calibrate, last_eval, run_cells
 from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
-from bertkit.tokenization.trainer import TrainerConfig
-from bertkit.training.finetune import FinetuneConfig, finetune_train_config
-from bertkit.training.pretrain import PretrainConfig, pretrain_train_config
+from bertkit.vocab.trainer import TrainerConfig
 
 log = logging.getLogger(__name__)
 

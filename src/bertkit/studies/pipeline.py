@@ -25,12 +25,8 @@ from bertkit.data.instances import InstanceConfig
 from bertkit.data.prepare import PrepareConfig, prepare
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForPreTraining
-from bertkit.tasks import get_task
-from bertkit.tokenization import BertTokenizer
-from bertkit.tokenization.trainer import TrainerConfig, save_vocab, train_from_files
-from bertkit.training.finetune import FinetuneConfig, run_one
-from bertkit.training.loop import train
-from bertkit.training.pretrain import (
+from bertkit.runs.finetune import FinetuneConfig, run_one
+from bertkit.runs.pretrain import (
     PretrainConfig,
     make_collate,
     model_class,
@@ -38,6 +34,10 @@ from bertkit.training.pretrain import (
     pretraining_metrics,
     run_pretraining,
 )
+from bertkit.tasks import get_task
+from bertkit.tokenization import BertTokenizer
+from bertkit.training.loop import train
+from bertkit.vocab.trainer import TrainerConfig, save_vocab, train_from_files
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def learn_vocabulary(corpus: Sequence[str | os.PathLike], out_dir: str | os.Path
                      vocab_size: int, criterion: str = TrainerConfig.criterion, workers: int = 1,
                      progress: bool = True):
     """WordPiece vocabulary learned from `corpus`, cached in `out_dir`, by the trainer's default
-    criterion (the likelihood gain: on a par with BPE at 8k, docs/benchmarks.md; the "pmi"
+    criterion (the likelihood gain: on a par with BPE at 8k, docs/reports/benchmarks.md; the "pmi"
     score leaves words as common as "the" split, which starves a small model of whole words)."""
     out = Path(out_dir)
     if not (out / "vocab.txt").is_file():

@@ -1,4 +1,4 @@
-"""What every long study shares (docs/studies.md): the machine a record was made on, the run log
+"""What every long study shares (docs/reports/studies.md): the machine a record was made on, the run log
 (one JSON line per finished run), the lock that keeps one process on a job or a sitting, and
 the scheduler that keeps N jobs going as child processes.
 
