@@ -21,8 +21,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# ruff, then the import contracts (pyproject's tool.importlinter): the library never imports
+# the applications built on it, and no two modules import each other
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/lint-imports
 
 # Two workers (pytest-xdist), a test file each at a time: the training tests run on one thread,
 # so one process leaves a core idle; a file's module fixtures are built once.

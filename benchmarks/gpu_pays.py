@@ -31,10 +31,10 @@ from bertkit.metrics import mean_std
 from bertkit.runs.finetune import FinetuneConfig, finetune_train_config
 from bertkit.runs.pretrain import PretrainConfig, pretrain_train_config
 from bertkit.studies import pipeline
-from bertkit.studies.ablate import task_files
-from bertkit.studies.demo.finetune import select_lr
+from bertkit.studies.pipeline import task_files
 from bertkit.studies.pretraining.curve import CurveSettings, architecture, prepare_data
 from bertkit.studies.pretraining.curve_finetune import FinetuneSettings, gain
+from bertkit.studies.results import select_lr
 from bertkit.tokenization import BertTokenizer
 
 # Every size of this part, in one place. The GPU figures are ESTIMATES until the pre-training

@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import errno
 import json
+import math
 import os
 import re
 import shutil
@@ -106,12 +107,8 @@ def _size(n: int) -> str:
     """Bytes as a person reads them (decimal units, as `df -H` prints)."""
     if n < 1000:
         return f"{n} bytes"
-    scaled = float(n)
-    for unit in ("KB", "MB", "GB", "TB"):
-        scaled /= 1000
-        if scaled < 1000:
-            break
-    return f"{scaled:,.1f} {unit}"
+    power = min(int(math.log10(n)) // 3, 4)
+    return f"{n / 1000 ** power:,.1f} {('KB', 'MB', 'GB', 'TB')[power - 1]}"
 
 
 @contextlib.contextmanager
@@ -135,6 +132,11 @@ def updating(path: str | os.PathLike) -> Iterator[None]:
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path, needed=len(text.encode("utf-8"))) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
+    """`data` as indented JSON (values JSON lacks, such as paths, as their text), atomically."""
+    atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def progress_bar(iterable: Any = None, **kwargs: Any) -> tqdm:
@@ -387,7 +389,8 @@ def _holds(folder: Path) -> bool:
             return True
     except OSError:
         pass
-    _held.pop(folder).close()
+    with contextlib.suppress(OSError):
+        _held.pop(folder).close()
     return False
 
 

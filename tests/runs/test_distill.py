@@ -29,9 +29,10 @@ from bertkit.runs.distill import (
     run_distill,
     soft_cross_entropy,
 )
-from bertkit.runs.finetune import FinetuneConfig, finetune_train_config, save_release
+from bertkit.runs.finetune import FinetuneConfig, finetune_train_config
 from bertkit.tasks import get_task
 from bertkit.tasks.glue import GlueTask, TextExample
+from bertkit.tasks.splits import save_release
 from bertkit.tokenization import BertTokenizer
 from bertkit.training import distill, loop
 

@@ -13,7 +13,6 @@ from bertkit.errors import BertkitError
 from bertkit.heads import BertForPreTraining
 from bertkit.runs.finetune import (
     FinetuneConfig,
-    feature_lengths,
     finetune_train_config,
     load_model,
     run_one,
@@ -25,6 +24,7 @@ from bertkit.runs.grid import pick_run, summarize
 from bertkit.tasks import get_task
 from bertkit.tasks.base import split_dev
 from bertkit.tasks.squad import SquadExample
+from bertkit.training.packing import feature_lengths
 from bertkit.training.stream import stream_seed
 from bertkit.varlen import VarlenLayout
 

@@ -20,8 +20,8 @@ from bertkit.cli.main import main
 from bertkit.config import BertConfig
 from bertkit.heads import HEAD_CLASSES, BertForPreTraining
 from bertkit.model import BertModel
-from bertkit.runs.finetune import save_release
 from bertkit.tasks import get_task
+from bertkit.tasks.splits import save_release
 from bertkit.tokenization import BertTokenizer
 
 pytest.importorskip("fastapi", reason="bertkit serve needs the serve extra (pip install -e '.[test]')")

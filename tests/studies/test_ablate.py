@@ -11,7 +11,7 @@ import pytest
 from bertkit.cli.main import main
 from bertkit.errors import BertkitError
 from bertkit.metrics import mean_std
-from bertkit.studies import ablate, report
+from bertkit.studies import pipeline, report
 from bertkit.studies.ablate import AblationConfig
 from bertkit.studies.results import Progress, ResultsStore, run_cells, steps_for_budget
 from bertkit.tasks import get_task
@@ -152,15 +152,15 @@ def test_task_files_finds_both_layouts(tmp_path):
         for split in ("train", "dev"):
             (folder / f"{split}.tsv").write_text("sentence\tlabel\nok\t1\n")
     for root in ("shared", "dl"):
-        files, note = ablate.task_files("sst2", tmp_path / root)
+        files, note = pipeline.task_files("sst2", tmp_path / root)
         assert files["train_file"].endswith("SST-2/train.tsv") and note == ""
     with pytest.raises(BertkitError, match="rte: no train/dev files"):
-        ablate.task_files("rte", tmp_path / "shared")
+        pipeline.task_files("rte", tmp_path / "shared")
 
 
 def test_squad_dev_is_split_by_article_with_the_finetuning_rule(shared_data):
-    files, note = ablate.task_files("squad1", shared_data)
-    assert "split by article" in note and files["split_dev"] == ablate.SQUAD_HELD_OUT
+    files, note = pipeline.task_files("squad1", shared_data)
+    assert "split by article" in note and files["split_dev"] == pipeline.SQUAD_HELD_OUT
     examples = get_task("squad1").read(shared_data / "squad" / "dev-v1.1.json")
     parts = split_dev(examples, files["split_dev"], shared_data / "squad" / "dev-v1.1.json")
     titles = [{e.title for e in part} for part in (parts.train, parts.held_out)]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
+from bertkit.studies import results
 from bertkit.studies.demo import finetune as demo_finetune
 from bertkit.studies.demo import report as demo_report
 from bertkit.studies.demo.config import SCALES, DemoConfig, choose_scale, scale_for_machine
@@ -71,10 +72,10 @@ def test_impossible_numbers_are_refused_before_anything_runs(option, value, flag
 def test_select_lr_never_picks_a_collapsed_run():
     runs = {1e-4: {"score": 50.9, "collapsed": True}, 3e-4: {"score": 50.1},
             1e-3: {"score": 62.0}}
-    assert demo_finetune.select_lr(runs) == 1e-3
+    assert results.select_lr(runs) == 1e-3
     runs[1e-3] = {"score": 70.0, "collapsed": True}
-    assert demo_finetune.select_lr(runs) == 3e-4  # below the collapsed one, still chosen
-    assert demo_finetune.select_lr({1e-4: {"score": 49.0, "collapsed": True},
+    assert results.select_lr(runs) == 3e-4  # below the collapsed one, still chosen
+    assert results.select_lr({1e-4: {"score": 49.0, "collapsed": True},
                                     1e-3: {"score": 50.9, "collapsed": True}}) == 1e-3
 
 

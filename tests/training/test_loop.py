@@ -327,9 +327,9 @@ def test_packed_fine_tuning_steps_read_nothing_back_either(tmp_path, monkeypatch
     from the collate (built on the host from the batch's mask), so steps between sync points
     still read nothing back; the losses equal the padded forward's."""
     from bertkit.heads import BertForSequenceClassification
-    from bertkit.runs.finetune import packed_batch
     from bertkit.switches import DEVICE_GENERIC
     from bertkit.training import loop
+    from bertkit.training.packing import packed_batch
     from bertkit.varlen import GROUP_COST
 
     monkeypatch.setenv(DEVICE_GENERIC, "1")

@@ -10,10 +10,11 @@ from typing import Any
 from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.runs.finetune import TASK_KEY, evaluate_splits, load_split, write_json
+from bertkit.io import atomic_write_json
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task, get_task
 from bertkit.tasks.base import run_model
 from bertkit.tasks.feature_based import load_finetuned
+from bertkit.tasks.splits import TASK_KEY, evaluate_splits, load_split
 from bertkit.tokenization import BertTokenizer
 
 
@@ -74,7 +75,7 @@ def evaluate_model(model_dir: str | Path, task: Task, path: Path, settings: Feat
                               require_finite=True)
     metrics = {"task": task.name, "file": str(path), "examples": len(data.examples), **metrics}
     if out_dir is not None:
-        write_json(out_dir / "metrics.json", metrics)
+        atomic_write_json(out_dir / "metrics.json", metrics)
     return metrics
 
 

@@ -41,10 +41,9 @@ import dataclasses
 import functools
 import json
 import logging
-import math
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +52,10 @@ from torch import nn
 
 from bertkit.checkpoint import check_vocab
 from bertkit.config import BertConfig
-from bertkit.data.corpus import FORMATS as CORPUS_FORMATS
 from bertkit.errors import BertkitError
 from bertkit.inference.finetuned import load_for, task_of
-from bertkit.io import check_output_dir, claim_output_dir, release_output_dir
-from bertkit.model import attention_group_cost
+from bertkit.io import atomic_write_json
+from bertkit.runs.distill_config import UNLABELLED_FORMATS, DistillConfig, Transfer
 from bertkit.runs.distill_loss import (
     IGNORE,
     DistillationObjective,
@@ -95,24 +93,20 @@ from bertkit.runs.distill_targets import (
 )
 from bertkit.runs.finetune import (
     FinetuneConfig,
-    Split,
     dev_evaluator,
-    evaluate_splits,
-    feature_lengths,
-    featurized,
     load_model,
-    packed_batch,
     prepare_data,
     run_one,
-    save_release,
     train_config,
-    write_json,
 )
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task
 from bertkit.tasks.feature_based import HEAD_KEY
+from bertkit.tasks.splits import evaluate_splits, featurized, save_release
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.hardware import resolve_device, resolve_precision
 from bertkit.training.loop import train
+from bertkit.training.packing import feature_lengths, packed_collate
+from bertkit.training.run_folder import RunFolder
 from bertkit.training.state import RESUME_AUTO, resolve_resume
 from bertkit.training.stream import stream_seed
 
@@ -144,57 +138,6 @@ HEADS = ("BertForSequenceClassification", "BertForTokenClassification",
 # endings): no --unlabelled file, and (their forwards return no hidden states) no hidden-state
 # transfer
 STRUCTURED = ("BertForQuestionAnswering", "BertForMultipleChoice")
-UNLABELLED_FORMATS = ("lines", *CORPUS_FORMATS)  # lines: what `predict` reads; else `prepare`'s
-
-
-@dataclass(frozen=True)
-class DistillConfig:
-    """One distillation run (saved beside it as distill_config.json). `finetune` holds what a
-    fine-tuning run of the student would use: the task, data, featurization and the loop's
-    recipe, output folder included (its `model_dir` is the teacher, whose tokenizer reads the
-    data for the teacher)."""
-
-    teacher_dir: str
-    student: str  # "layers:0,2,4" | a preset name | a model folder
-    finetune: FinetuneConfig
-    temperature: float = 2.0
-    alpha: float = 0.5  # weight of the soft (teacher) loss; 1 - alpha on the hard labels
-    unlabelled: str | None = None  # texts only the teacher labels
-    unlabelled_format: str = "lines"  # "lines": what `predict` reads; else a `prepare` format
-    baseline: bool = False  # also fine-tune the same student without the teacher
-    speed_texts: int = 512  # dev texts timed through the predict path (0: no timing)
-    speed_repeats: int = 3  # timed passes per model; the fastest counts
-    hidden_weight: float = 0.0  # TinyBERT's hidden-state transfer, this much of it (0: off)
-    attention_weight: float = 0.0  # MiniLM's attention transfer, this much of it (0: off)
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise BertkitError(f"--temperature must be a finite number > 0, got {self.temperature}")
-        if not 0.0 <= self.alpha <= 1.0:
-            raise BertkitError(f"--alpha must be between 0 and 1, got {self.alpha}")
-        if self.unlabelled_format not in UNLABELLED_FORMATS:
-            raise BertkitError(f"--unlabelled-format must be one of "
-                               f"{', '.join(UNLABELLED_FORMATS)}, got {self.unlabelled_format!r}")
-        if self.speed_texts < 0 or self.speed_repeats < 1:
-            raise BertkitError(f"--speed-texts must be >= 0 and --speed-repeats >= 1, got "
-                               f"{self.speed_texts} and {self.speed_repeats}")
-        for flag, weight in self.layer_weights.items():
-            if not (math.isfinite(weight) and weight >= 0):
-                raise BertkitError(f"{flag} must be a finite number >= 0, got {weight}")
-            if weight and parse_student(self.student).kind == "folder":
-                raise BertkitError(f"{flag} compares the two models token by token, so the "
-                                   "student must read the teacher's tokens: layers:I,J,... or "
-                                   "a preset, not a model folder with a tokenizer of its own")
-        parse_student(self.student)
-
-    @property
-    def output_dir(self) -> str:
-        return self.finetune.output_dir
-
-    @property
-    def layer_weights(self) -> dict[str, float]:
-        """The intermediate layers' transfer terms (`LayerTransfer`), by option."""
-        return {"--hidden-weight": self.hidden_weight, "--attention-weight": self.attention_weight}
 
 
 def resolve_task(teacher_dir: str | Path, name: str | None, columns: ColumnSpec | None) -> Task:
@@ -216,21 +159,6 @@ def load_teacher(task: Task, teacher_dir: str | Path) -> tuple[nn.Module, BertTo
 
 
 # --- the run -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Transfer:
-    """Everything the run reads, featurized for the student (and the teacher where its
-    tokenizer differs)."""
-
-    student_train: list[dict[str, Any]]  # labelled + unlabelled, in that order
-    teacher_train: list[dict[str, Any]]
-    student_dev: list[Split]
-    teacher_dev: list[Split]
-    labelled: int  # examples read from the task's training set
-    unlabelled: int  # texts only the teacher labels (--unlabelled)
-    labels: list[str] | None
-    note: str | None = None  # how the data was split (--split-dev), said in the records
 
 
 def read_transfer(task: Task, cfg: DistillConfig, teacher: nn.Module, teacher_tok: BertTokenizer,
@@ -320,14 +248,12 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
     task = resolve_task(cfg.teacher_dir, cfg.finetune.task, columns)
     check_task_options(task, cfg, spec)
     inputs = [cfg.teacher_dir] + ([spec.name] if spec.kind == "folder" else [])
-    settings_json = run_settings(cfg)
     resume = cfg.finetune.train.resume
-    if resume and (out / RESULTS_NAME).is_file():
-        claim_output_dir(out, DISTILL_MARKER, settings_json, True, inputs=inputs)
-        release_output_dir(out)  # nothing more to write
-        log.info("%s: finished earlier, kept", out)
-        return json.loads((out / RESULTS_NAME).read_text(encoding="utf-8"))
-    check_output_dir(out, DISTILL_MARKER, settings_json, resume, inputs=inputs)
+    folder = RunFolder(out, DISTILL_MARKER, run_settings(cfg), resume, inputs=inputs)
+    earlier = folder.finished(RESULTS_NAME)
+    if earlier is not None:
+        return earlier
+    folder.check()
     # a student trained before a later step died continues from its release (train_student);
     # otherwise bare --resume with no checkpoint is refused here, before anything is written
     student_done = bool(resume) and (out / "metrics.json").is_file()
@@ -351,8 +277,7 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
     key = fingerprint(cfg.teacher_dir, data.student_train,
                       *([s.name, s.examples, s.features] for s in data.student_dev), *teacher_own)
     cached = read_cached_outputs(out, key)  # another teacher's or data's: refused, nothing written
-    claim_output_dir(out, DISTILL_MARKER, settings_json, resume, inputs=inputs)
-    try:
+    with folder.claimed():
         build_student(teacher, teacher_tok, spec, cfg.finetune.train.seed, init_dir)
         targets = (cached if cached is not None
                    else teacher_outputs(task, cfg, teacher, data.teacher_train, out, key))
@@ -367,12 +292,8 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
         speed = measure_speed(task, teacher, student, data, cfg) if cfg.speed_texts else None
         results = summarize(task, cfg, data, teacher, student, teacher_metrics, student_record,
                             baseline, speed)
-        write_json(out / RESULTS_NAME, results)
+        atomic_write_json(out / RESULTS_NAME, results)
         return results
-    finally:
-        # held over the whole run, results.json included; a long-lived caller would otherwise
-        # keep one lock per folder it ever trained
-        release_output_dir(out)
 
 
 def teacher_outputs(task: Task, cfg: DistillConfig, teacher: nn.Module,
@@ -430,20 +351,17 @@ def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: Ber
     record = {"task": task.name, "steps": result.step,
               "final_loss": result.final_loss, **metrics,
               **({"data_note": data.note} if data.note else {})}
-    write_json(out / "metrics.json", record)
+    atomic_write_json(out / "metrics.json", record)
     if not ft.keep_training_state:
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
     return student, record
 
 
 def training_collate(task: Task, student: nn.Module, cfg: FinetuneConfig, packed: bool = True):
-    """`distill_collate`, packed as fine-tuning's batches are (`finetune.training_collate`)."""
-    collate = functools.partial(distill_collate, task)
-    if (packed and cfg.packed and not cfg.train.compile
-            and getattr(type(student), "supports_packing", False)):
-        cost = attention_group_cost(resolve_device(cfg.train.device))
-        return functools.partial(packed_batch, collate, cost)
-    return collate
+    """`distill_collate`, packed as fine-tuning's batches are (`training.packing`)."""
+    return packed_collate(functools.partial(distill_collate, task), student,
+                          packed=packed and cfg.packed, compiled=cfg.train.compile,
+                          device=cfg.train.device)
 
 
 def run_baseline(task: Task, cfg: DistillConfig, init_dir: Path) -> dict[str, Any]:

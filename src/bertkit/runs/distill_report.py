@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
+from bertkit.runs.distill_config import DistillConfig, Transfer
 from bertkit.tasks import Task
 from bertkit.tasks.base import run_model
 from bertkit.training.hardware import resolve_device, resolve_precision
-
-if TYPE_CHECKING:  # the run's types; distill.py imports this module
-    from bertkit.runs.distill import DistillConfig, Transfer
 
 
 def measure_speed(task: Task, teacher: nn.Module, student: nn.Module, data: Transfer,

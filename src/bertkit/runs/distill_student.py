@@ -22,7 +22,7 @@ from bertkit.checkpoint import check_model_dir
 from bertkit.config import PRESETS, BertConfig
 from bertkit.errors import BertkitError
 from bertkit.model import BertModel
-from bertkit.runs.finetune import TASK_KEY
+from bertkit.tasks.splits import TASK_KEY
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.stream import stream_seed
 

@@ -21,7 +21,6 @@ ends, evaluates, exports and writes; see `run_one`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import math
@@ -37,27 +36,20 @@ from torch import nn
 from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.errors import BertkitError
 from bertkit.heads import HEAD_CLASSES
-from bertkit.io import (
-    atomic_write_text,
-    check_output_dir,
-    claim_output_dir,
-    release_output_dir,
-)
-from bertkit.model import attention_group_cost
+from bertkit.io import atomic_write_json
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task, get_task
-from bertkit.tasks.base import run_model, split_dev
+from bertkit.tasks.base import split_dev
 from bertkit.tasks.feature_based import load_feature_model
+from bertkit.tasks.splits import Split, evaluate_splits, featurized, load_split, save_release
 from bertkit.tokenization import BertTokenizer
 from bertkit.training import distributed
-from bertkit.training.hardware import resolve_device
 from bertkit.training.loop import TrainConfig, TrainResult, train
-from bertkit.training.state import resolve_resume
+from bertkit.training.packing import feature_lengths, packed_collate
+from bertkit.training.run_folder import RunFolder
 from bertkit.training.stream import stream_seed
-from bertkit.varlen import VarlenLayout
 
 log = logging.getLogger(__name__)
 
-TASK_KEY = "bertkit_task"  # config.json key naming the task a model was fine-tuned on
 FINETUNE_MARKER = "finetune_config.json"  # written first: marks a folder as a fine-tuning run
 
 
@@ -138,16 +130,6 @@ class FinetuneConfig:
 
 
 @dataclass
-class Split:
-    """One data split, read and featurized."""
-
-    name: str
-    path: Path
-    examples: list[Any]
-    features: list[dict[str, Any]]
-
-
-@dataclass
 class TaskData:
     train: Split
     labels: list[str] | None
@@ -170,20 +152,6 @@ def check_data(task: Task, cfg: FinetuneConfig) -> None:
         raise BertkitError(f"{path}: no such file for {task.name} (pass --train-file, "
                            f"--split-dev F to train on part of dev, or --data pointing at the "
                            f"folder that holds it)")
-
-
-def load_split(task: Task, path: Path, name: str, tokenizer: BertTokenizer,
-               settings: FeatureSettings, label2id: dict[str, int] | None, limit: int | None,
-               train: bool) -> Split:
-    examples = task.read(path)[:limit]
-    return featurized(task, name, path, examples, tokenizer, settings, label2id, train)
-
-
-def featurized(task: Task, name: str, path: Path, examples: list[Any], tokenizer: BertTokenizer,
-               settings: FeatureSettings, label2id: dict[str, int] | None, train: bool) -> Split:
-    features = task.featurize(examples, tokenizer, settings, label2id, train=train)
-    log.info("%s: %d examples -> %d features (%s)", name, len(examples), len(features), path)
-    return Split(name, path, examples, features)
 
 
 def prepare_data(task: Task, cfg: FinetuneConfig, tokenizer: BertTokenizer,
@@ -254,41 +222,6 @@ def load_model(task: Task, model_dir: str | Path, labels: list[str] | None,
         return HEAD_CLASSES[task.head].from_pretrained(model_dir, **changes)
 
 
-def predict_split(task: Task, model: nn.Module, split: Split, settings: FeatureSettings,
-                  batch_size: int, progress: bool = False,
-                  require_finite: bool = False) -> dict[str, Any]:
-    outputs = run_model(model, split.features, task.collate, task.output_keys, batch_size,
-                        progress, require_finite)
-    id2label = getattr(model.config, "id2label", None)
-    return task.decode(split.examples, split.features, outputs, id2label, settings)
-
-
-def evaluate_splits(task: Task, model: nn.Module, splits: list[Split],
-                    settings: FeatureSettings, batch_size: int, out_dir: Path | None,
-                    progress: bool = False, require_finite: bool = False) -> dict[str, Any]:
-    """Metrics of every split (a split's suffix is added to its metric names, e.g. MNLI's
-    `accuracy_mismatched`); a collapsed run is flagged (`collapsed` + `collapse_reason`);
-    predictions written under `out_dir` when given. `require_finite`: `run_model`'s (a model
-    evaluated on its own, `bertkit evaluate`; a diverged training run is flagged, not stopped)."""
-    suffixes = task.eval_splits()
-    metrics: dict[str, Any] = {}
-    for split in splits:
-        predictions = predict_split(task, model, split, settings, batch_size, progress,
-                                    require_finite)
-        suffix = suffixes.get(split.name, f"_{split.name}")
-        scores = task.score(split.examples, predictions)
-        metrics.update({f"{k}{suffix}": v for k, v in scores.items()})
-        final = task.final_predictions(predictions, scores)
-        reason = task.collapse_reason(split.examples, final) if scores else None
-        if reason:
-            metrics[f"collapsed{suffix}"] = True
-            metrics[f"collapse_reason{suffix}"] = reason
-            log.warning("%s: collapsed run: %s", split.name, reason)
-        if out_dir is not None:
-            task.write_predictions(predictions, split.examples, out_dir, split.name, scores)
-    return metrics
-
-
 def run_steps(cfg: FinetuneConfig, n_features: int) -> int:
     """Optimizer steps of the run: `epochs` over the features, capped by train.max_steps."""
     steps = max(1, math.ceil(math.ceil(n_features / cfg.train.batch_size) * cfg.epochs))
@@ -315,41 +248,19 @@ def run_one(cfg: FinetuneConfig, *, load: Callable[..., nn.Module] | None = None
     return as soon as training ends, with the training part of the record only (no dev
     metrics): waiting for rank 0 would put its evaluation, however long, under the process
     group's timeout, and nothing on those ranks needs its results."""
-    out = Path(cfg.output_dir)
     task = build_task(cfg)
-    main = distributed.is_main()
     check_model_dir(cfg.model_dir)  # before the output folder is claimed
-    # Every rank checks the folder (and reads the data), so that each stops on a refused folder
-    # (or bad data) by itself, with the same message, rather than waiting in a collective for a
-    # rank that has stopped; all have looked before rank 0 claims (and locks) the folder.
-    if cfg.train.resume and (out / "metrics.json").is_file():
-        check_output_dir(out, FINETUNE_MARKER, run_settings(cfg), True, inputs=[cfg.model_dir])
-        distributed.barrier()
-        if main:
-            claim_output_dir(out, FINETUNE_MARKER, run_settings(cfg), True,
-                             inputs=[cfg.model_dir])
-            release_output_dir(out)  # nothing more to write
-        log.info("%s: finished earlier, kept", out)
-        return json.loads((out / "metrics.json").read_text(encoding="utf-8"))
-    check_output_dir(out, FINETUNE_MARKER, run_settings(cfg), cfg.train.resume,
-                     inputs=[cfg.model_dir])
-    # bare --resume with nothing to resume is refused here, before anything is written
-    resume = resolve_resume(out, cfg.train.resume)
+    folder = RunFolder(Path(cfg.output_dir), FINETUNE_MARKER, run_settings(cfg), cfg.train.resume,
+                       inputs=[cfg.model_dir])
+    earlier = folder.finished("metrics.json")
+    if earlier is not None:
+        return earlier
+    resume = folder.resumes()
     settings = cfg.settings(task)
     tokenizer = BertTokenizer.from_pretrained(cfg.model_dir)
     data = prepare_data(task, cfg, tokenizer, settings)  # bad data fails before anything is written
-    distributed.barrier()
-    if main:
-        claim_output_dir(out, FINETUNE_MARKER, run_settings(cfg), cfg.train.resume,
-                         inputs=[cfg.model_dir])
-    distributed.barrier()  # claimed before any rank looks for checkpoints in it
-    try:
+    with folder.claimed():
         return _train_claimed(task, cfg, data, tokenizer, settings, resume, load or load_model)
-    finally:
-        # the run-folder lock (claim_output_dir, the loop) held over the whole run, its
-        # export and metrics.json included; a long-lived caller (a study, a grid) would
-        # otherwise keep one per folder it ever trained
-        release_output_dir(out)
 
 
 def _train_claimed(task: Task, cfg: FinetuneConfig, data: TaskData, tokenizer: BertTokenizer,
@@ -373,7 +284,7 @@ def _train_claimed(task: Task, cfg: FinetuneConfig, data: TaskData, tokenizer: B
     record.update(metrics)
     if data.note:
         record["data_note"] = data.note
-    write_json(out / "metrics.json", record)
+    atomic_write_json(out / "metrics.json", record)
     if not cfg.keep_training_state:  # the release is what a finished run keeps
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
     return record
@@ -394,34 +305,10 @@ def train_record(task: Task, cfg: FinetuneConfig, data: TaskData,
 
 
 def training_collate(task: Task, model: nn.Module, cfg: FinetuneConfig):
-    """The task's collate; with `cfg.packed`, training batches also carry the layout of their
-    real tokens for the head's unpadded forward (`BertModel.forward_varlen`) where it has one
-    (`supports_packing`: every head but span QA; not compiled, whose graph keeps the padded
-    forward): the loss and the gradients are the padded forward's, without the work on
-    padding. The layout is built here, on the host, with the training device's attention
-    groups, so that the device never reads the lengths back."""
-    if cfg.packed and not cfg.train.compile and getattr(type(model), "supports_packing", False):
-        device = resolve_device(cfg.train.device)
-        return functools.partial(packed_batch, task.collate, attention_group_cost(device))
-    return task.collate
-
-
-def packed_batch(collate, group_cost: float, features) -> dict[str, Any]:
-    batch = collate(features)
-    mask = batch["attention_mask"]  # (B, T), or (B, K, T) for multiple choice: the head
-    # flattens its choices to (B*K, T) rows, the layout's
-    return {**batch, "layout": VarlenLayout.from_mask(mask.reshape(-1, mask.shape[-1]),
-                                                       group_cost)}
-
-
-def feature_lengths(features: list[dict[str, Any]]) -> list[int]:
-    """Tokens of each feature (its longest row for multiple choice): what padding depends on."""
-    def length(ids) -> int:
-        if len(ids) and hasattr(ids[0], "__len__"):
-            return max(len(row) for row in ids)
-        return len(ids)
-
-    return [length(f["input_ids"]) for f in features]
+    """The task's collate; with `cfg.packed`, its training batches carry the layout of their
+    real tokens (`training.packing.packed_collate`)."""
+    return packed_collate(task.collate, model, packed=cfg.packed, compiled=cfg.train.compile,
+                          device=cfg.train.device)
 
 
 def dev_evaluator(task: Task, dev: list[Split], settings: FeatureSettings, cfg: FinetuneConfig):
@@ -435,20 +322,6 @@ def dev_evaluator(task: Task, dev: list[Split], settings: FeatureSettings, cfg: 
                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     return evaluate
-
-
-def save_release(task: Task, model: nn.Module, tokenizer: BertTokenizer, out: Path,
-                 metrics: dict[str, Any]) -> None:
-    """The fine-tuned model in HF layout (config.json names the task and carries what the task
-    needs to be used again, e.g. SQuAD v2.0's tuned threshold) plus its tokenizer."""
-    extra = {**model.config.extra, TASK_KEY: task.name, **task.release_info(metrics)}
-    model.config = model.config.replace(extra=extra)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def run_settings(cfg: FinetuneConfig) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from bertkit.checkpoint import check_model_dir
 from bertkit.errors import BertkitError
-from bertkit.io import atomic_path, check_output_dir, claim_output_dir
+from bertkit.io import atomic_path, atomic_write_json
 from bertkit.metrics import mean_std
 from bertkit.runs.finetune import (
     FINETUNE_MARKER,
@@ -28,8 +28,9 @@ from bertkit.runs.finetune import (
     check_data,
     run_one,
     run_settings,
-    write_json,
 )
+from bertkit.tasks import Task
+from bertkit.training.run_folder import RunFolder
 from bertkit.training.state import RESUME_AUTO
 
 log = logging.getLogger(__name__)
@@ -50,13 +51,20 @@ def run_grid(base: FinetuneConfig, lrs: list[float], epochs: list[float],
     check_model_dir(base.model_dir)
     check_data(task, base)
     grid_settings = {**run_settings(base), "grid": {"lr": lrs, "epochs": epochs, "seeds": seeds}}
-    earlier = check_output_dir(out, FINETUNE_MARKER, grid_settings, base.train.resume,
-                               inputs=[base.model_dir])
-    if base.train.resume is True and not earlier:  # bare --resume must continue something
+    folder = RunFolder(out, FINETUNE_MARKER, grid_settings, base.train.resume,
+                       inputs=[base.model_dir])
+    if base.train.resume is True and not folder.check():  # bare --resume must continue something
         raise BertkitError(f"--resume: {out} holds no earlier grid (nothing to resume; start "
                            "without --resume, or pass --resume auto to continue when there is "
                            "one and start when there is none)")
-    claim_output_dir(out, FINETUNE_MARKER, grid_settings, base.train.resume, inputs=[base.model_dir])
+    with folder.claimed():
+        return _run_claimed(base, task, lrs, epochs, seeds)
+
+
+def _run_claimed(base: FinetuneConfig, task: Task, lrs: list[float], epochs: list[float],
+                 seeds: list[int]) -> dict[str, Any]:
+    """run_grid's runs, selection and release, in its claimed folder."""
+    out = Path(base.output_dir)
     # a resumed grid's runs may have finished, stopped midway or not started: each continues
     # or starts ("auto"; a bare --resume would refuse one not started)
     resume = RESUME_AUTO if base.train.resume else False
@@ -73,7 +81,7 @@ def run_grid(base: FinetuneConfig, lrs: list[float], epochs: list[float],
     copy_release(out / "runs" / name, out)
     summary = {**best_run, "selection_metric": metric, "selected": best, "grid": grid,
                "best_run": name}
-    write_json(out / "metrics.json", summary)
+    atomic_write_json(out / "metrics.json", summary)
     return summary
 
 

@@ -30,11 +30,12 @@ from bertkit.data.meta import read_meta
 from bertkit.data.shards import ShardDataset
 from bertkit.errors import BertkitError
 from bertkit.heads import BertForMaskedLM, BertForPreTraining, HeadOutput, PreTrainingOutput
-from bertkit.io import check_output_dir, claim_output_dir, release_output_dir
+from bertkit.io import release_output_dir
 from bertkit.tokenization import BertTokenizer
 from bertkit.training import distributed
 from bertkit.training.loop import TrainConfig, TrainResult, train
-from bertkit.training.state import latest_checkpoint, resolve_resume, saved_cost
+from bertkit.training.run_folder import RunFolder
+from bertkit.training.state import latest_checkpoint, saved_cost
 from bertkit.training.stream import stream_seed
 
 log = logging.getLogger(__name__)
@@ -444,48 +445,49 @@ def run_pretraining(cfg: PretrainConfig) -> TrainResult:
     config = model_config(cfg, metas[0].tokenizer.vocab_size,
                           max(int(m.params["max_seq_length"]) for m in metas))
     output = Path(cfg.train.output_dir)
+    inputs = [*map(str, folders), *(p for p in (cfg.init, cfg.tokenizer, cfg.eval_data,
+                                                cfg.phase2_data) if p is not None)]
+    folder = RunFolder(output, PRETRAIN_MARKER, dataclasses.asdict(cfg), cfg.train.resume,
+                       inputs=inputs)
     if distributed.is_main():  # before any work: a refused --resume changes nothing on disk
-        inputs = [*map(str, folders), *(p for p in (cfg.init, cfg.tokenizer, cfg.eval_data,
-                                                    cfg.phase2_data) if p is not None)]
-        settings = dataclasses.asdict(cfg)
-        check_output_dir(output, PRETRAIN_MARKER, settings, cfg.train.resume, inputs=inputs)
-        resolve_resume(output, cfg.train.resume)  # bare --resume with nothing to resume
-        claim_output_dir(output, PRETRAIN_MARKER, settings, cfg.train.resume, inputs=inputs)
+        folder.resumes()
+    with folder.claimed():
+        try:
+            return _run_phases(cfg, config, tokenizer, output)
+        finally:
+            release_output_dir(output / "phase2")  # the loop's lock on phase 2's folder
+
+
+def _run_phases(cfg: PretrainConfig, config: BertConfig, tokenizer, output: Path) -> TrainResult:
+    """run_pretraining's phase 1 (and phase 2) and the export, in its claimed folder."""
+    model = build_model(cfg, config)
+    cfg = dataclasses.replace(cfg, train=capped_warmup(cfg.train))
+    phase2, result = cfg.phase2_data is not None, None
+    if phase2 and latest_checkpoint(output / "phase2") is not None:
+        log.info("phase 1 finished earlier; resuming phase 2 from %s", output / "phase2")
+    else:
+        first = cfg
+        if phase2 and cfg.eval_data is None:
+            first = dataclasses.replace(cfg, eval_holdout=matched_holdout(cfg, config,
+                                                                          tokenizer))
+        result = run_phase(first, model, cfg.data, tokenizer, cfg.train)
+        # a phase 1 stopped by its CPU budget continues in the next sitting, never in
+        # phase 2 (which would start from half-trained weights)
+        phase2 = phase2 and result.step >= cfg.train.max_steps
+    p2 = phase2_config(cfg.train, output, cfg.phase2_steps) if phase2 else None
+    if p2 is not None:
+        result = whole_run(run_phase(cfg, model, cfg.phase2_data, tokenizer, p2), output)
+    elif phase2 and result is not None:
+        log.info("the CPU budget was spent at the end of phase 1; phase 2 starts in the "
+                 "next sitting")
+    if result is None:
+        raise BertkitError(f"{output}: phase 1 alone cost {saved_cost(output)['cpu_seconds']:.0f} "
+                           f"CPU-s, the whole budget ({cfg.train.stop_at_cpu_seconds:.0f}): "
+                           "phase 2 cannot continue within it")
+    if distributed.is_main():
+        export(model, tokenizer, output / "model")
     distributed.barrier()
-    try:
-        model = build_model(cfg, config)
-        cfg = dataclasses.replace(cfg, train=capped_warmup(cfg.train))
-        phase2, result = cfg.phase2_data is not None, None
-        if phase2 and latest_checkpoint(output / "phase2") is not None:
-            log.info("phase 1 finished earlier; resuming phase 2 from %s", output / "phase2")
-        else:
-            first = cfg
-            if phase2 and cfg.eval_data is None:
-                first = dataclasses.replace(cfg, eval_holdout=matched_holdout(cfg, config,
-                                                                              tokenizer))
-            result = run_phase(first, model, cfg.data, tokenizer, cfg.train)
-            # a phase 1 stopped by its CPU budget continues in the next sitting, never in
-            # phase 2 (which would start from half-trained weights)
-            phase2 = phase2 and result.step >= cfg.train.max_steps
-        p2 = phase2_config(cfg.train, output, cfg.phase2_steps) if phase2 else None
-        if p2 is not None:
-            result = whole_run(run_phase(cfg, model, cfg.phase2_data, tokenizer, p2), output)
-        elif phase2 and result is not None:
-            log.info("the CPU budget was spent at the end of phase 1; phase 2 starts in the "
-                     "next sitting")
-        if result is None:
-            raise BertkitError(f"{output}: phase 1 alone cost {saved_cost(output)['cpu_seconds']:.0f} "
-                               f"CPU-s, the whole budget ({cfg.train.stop_at_cpu_seconds:.0f}): "
-                               "phase 2 cannot continue within it")
-        if distributed.is_main():
-            export(model, tokenizer, output / "model")
-        distributed.barrier()
-        return result
-    finally:
-        # held over the whole run, the export included; a long-lived caller (a study) would
-        # otherwise keep one lock per folder it ever trained
-        release_output_dir(output / "phase2")
-        release_output_dir(output)
+    return result
 
 
 def export(model: BertForPreTraining | BertForMaskedLM, tokenizer, directory: Path) -> None:

@@ -23,8 +23,8 @@ from bertkit.inference.encoder import Encoder, sentence_transformers_settings
 from bertkit.inference.finetuned import load_for, task_of
 from bertkit.inference.pretraining import load_pretraining_model
 from bertkit.model import BertModel
-from bertkit.runs.finetune import TASK_KEY
 from bertkit.tasks import Task
+from bertkit.tasks.splits import TASK_KEY
 from bertkit.tokenization import BertTokenizer
 
 

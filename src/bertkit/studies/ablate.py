@@ -173,32 +173,6 @@ def build_models(cfg: AblationConfig, store: ResultsStore, progress: Progress) -
     return models
 
 
-SQUAD_HELD_OUT = 0.2  # SQuAD v1.1 without a train file: the last 20% of dev's articles
-
-
-def task_files(task: str, data_root: str | Path) -> tuple[dict[str, Any], str]:
-    """How to find `task`'s data under `data_root` (../shared/data's `glue/SST-2/` or `bertkit
-    data download`'s `glue-sst-2/SST-2/`): the FinetuneConfig fields (train/dev files, or
-    `split_dev` for SQuAD v1.1 without a train file, by the fine-tuning rule) and a note."""
-    root, t = Path(data_root), get_task(task)
-    spec = getattr(t, "spec", None)  # a GLUE task's (CoNLL-2003 and others have their own folder)
-    folders = ([root / "squad", root / task, root] if task.startswith("squad") else
-               [root / "glue", root / f"glue-{spec.folder.lower()}", root] if spec else
-               [root / task, root])
-    for folder in folders:
-        train, dev = t.find_file(folder, "train"), t.find_file(folder, "dev")
-        if train.is_file() and dev.is_file():
-            return {"train_file": str(train), "dev_file": str(dev)}, ""
-        if task == "squad1" and dev.is_file():
-            return {"dev_file": str(dev), "split_dev": SQUAD_HELD_OUT}, (
-                f"SQuAD v1.1 has no train file in {folder}: its dev set ({dev.name}) was split by "
-                f"article, the last {SQUAD_HELD_OUT:.0%} held out for evaluation, the rest used "
-                "to train (`bertkit finetune --split-dev`)")
-    raise BertkitError(f"{task}: no train/dev files under {root} (looked in "
-                       f"{', '.join(str(f) for f in folders)}); fetch them with "
-                       f"`bertkit data download` or pass --data DIR")
-
-
 def cells_of(cfg: AblationConfig) -> list[tuple[str, str, int]]:
     return [(v, t, s) for t in cfg.tasks for v in cfg.variant_names for s in range(cfg.seeds)]
 
@@ -212,7 +186,7 @@ def run_ablation(cfg: AblationConfig) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     store = ResultsStore(out / "results.json", cfg.identity())
     cells = cells_of(cfg)
-    files = {t: task_files(t, cfg.data_root) for t in cfg.tasks}
+    files = {t: pipeline.task_files(t, cfg.data_root) for t in cfg.tasks}
     units = (cfg.tokenizer is None) + bool(cfg.pretrained_variants) + len(cfg.pretrained_variants)
     todo = [c for c in cells if not store.has(store.key(*c))]
     progress = Progress(units + len(cells), len(cells) - len(todo))

@@ -16,6 +16,13 @@ from bertkit.errors import BertkitError
 from bertkit.model import BertModel
 from bertkit.tokenization import BertTokenizer
 
+# Sentences whose [MASK] a pre-trained BERT should fill (the demo's and the curve's probe).
+FILL_MASK = ("it was the best of times, it was the worst of [MASK].",
+             "he put his hand into his [MASK] and took out a letter.",
+             "she opened the [MASK] and went out into the garden.",
+             "the old man sat by the [MASK] and warmed his hands.",
+             "i have never seen him so [MASK] in all my life.")
+
 
 @dataclass
 class LayerDrift:

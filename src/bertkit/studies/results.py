@@ -156,3 +156,9 @@ def calibrate(store: ResultsStore, variant: str, seconds: float,
 def steps_for_budget(seconds: float, step_seconds: float, minimum: int = 2) -> int:
     """Optimizer steps that fit in `seconds`, keeping ~10% for evaluation and saving."""
     return max(minimum, int(0.9 * seconds / max(step_seconds, 1e-6)))
+
+
+def select_lr(runs: dict[float, dict[str, Any]]) -> float:
+    """The rate whose run scored best on dev, never a collapsed run while another exists."""
+    usable = {lr: r for lr, r in runs.items() if not r.get("collapsed")} or runs
+    return max(usable, key=lambda lr: usable[lr]["score"])

@@ -24,11 +24,6 @@ log = logging.getLogger(__name__)
 SENTENCE_MONEY = "I deposited money at the bank"
 SENTENCE_RIVER = "we sat on the bank of the river"
 SENTENCE_MONEY_2 = "she opened an account at the bank downtown"
-FILL_MASK = ("it was the best of times, it was the worst of [MASK].",
-             "he put his hand into his [MASK] and took out a letter.",
-             "she opened the [MASK] and went out into the garden.",
-             "the old man sat by the [MASK] and warmed his hands.",
-             "i have never seen him so [MASK] in all my life.")
 NSP_A = "The door opened, and a tall man in a dark coat came into the room."
 NSP_REAL = "He took off his hat and looked slowly around him."
 NSP_RANDOM = "The annual export of cotton doubled in the following ten years."

@@ -19,7 +19,7 @@ from bertkit.runs.finetune import FinetuneConfig, finetune_train_config
 from bertkit.studies import pipeline
 from bertkit.studies.demo.config import NAMES, DemoConfig
 from bertkit.studies.report import format_mean_std
-from bertkit.studies.results import Progress, ResultsStore, run_cells
+from bertkit.studies.results import Progress, ResultsStore, run_cells, select_lr
 
 TASK = "sst2"
 
@@ -33,12 +33,6 @@ def grid_names(args: DemoConfig, variant: str) -> list[str]:
     """The names of `variant`'s lr-selection runs (none when its grid has one rate)."""
     grid = args.lr_grid(variant)
     return [grid_name(variant, lr) for lr in grid] if len(grid) > 1 else []
-
-
-def select_lr(runs: dict[float, dict[str, Any]]) -> float:
-    """The rate whose run scored best on dev, never a collapsed run while another exists."""
-    usable = {lr: r for lr, r in runs.items() if not r.get("collapsed")} or runs
-    return max(usable, key=lambda lr: usable[lr]["score"])
 
 
 def grid_runs(store: ResultsStore, args: DemoConfig, variant: str) -> dict[float, dict[str, Any]]:

@@ -27,9 +27,7 @@ from bertkit.inference.pretraining import fill_mask, is_next_probability, load_p
 from bertkit.model import BertModel
 from bertkit.runs.pretrain import PretrainConfig, pretrain_train_config
 from bertkit.studies import pipeline
-from bertkit.studies.ablate import task_files
 from bertkit.studies.demo.config import (
-    FILL_MASK,
     NSP_A,
     NSP_RANDOM,
     NSP_REAL,
@@ -42,7 +40,8 @@ from bertkit.studies.demo.config import (
 )
 from bertkit.studies.demo.finetune import finetune_section, sst2_lines
 from bertkit.studies.demo.report import Learned, PretrainFacts, write_demo_report
-from bertkit.studies.probe import LayerDrift, drift_table, layer_drift
+from bertkit.studies.pipeline import task_files
+from bertkit.studies.probe import FILL_MASK, LayerDrift, drift_table, layer_drift
 from bertkit.studies.results import ResultsStore, calibrate, last_eval
 from bertkit.tokenization import BertTokenizer
 

@@ -43,7 +43,7 @@ from bertkit.io import atomic_write_text
 from bertkit.runs.pretrain import PretrainConfig, pretrain_train_config, run_pretraining
 from bertkit.runs.pretrain_recipes import RECIPES, get_recipe
 from bertkit.studies import pipeline
-from bertkit.studies.ablate import task_files
+from bertkit.studies.pipeline import task_files
 from bertkit.studies.report import read_records
 from bertkit.studies.results import ResultsStore
 from bertkit.studies.runner import hold

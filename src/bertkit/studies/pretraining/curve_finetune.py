@@ -34,9 +34,7 @@ from bertkit.io import atomic_write_text, read_json_object
 from bertkit.metrics import mean_std
 from bertkit.runs.finetune import FinetuneConfig, finetune_train_config
 from bertkit.studies import pipeline
-from bertkit.studies.ablate import task_files
-from bertkit.studies.demo.config import FILL_MASK
-from bertkit.studies.demo.finetune import select_lr
+from bertkit.studies.pipeline import task_files
 from bertkit.studies.pretraining.curve import (
     BRANCH,
     HOUR,
@@ -46,6 +44,7 @@ from bertkit.studies.pretraining.curve import (
     curve_tag,
     point_labels,
 )
+from bertkit.studies.probe import FILL_MASK
 from bertkit.studies.report import (
     format_gain,
     format_mean_std,
@@ -54,7 +53,7 @@ from bertkit.studies.report import (
     save_figure,
     write_block,
 )
-from bertkit.studies.results import ResultsStore
+from bertkit.studies.results import ResultsStore, select_lr
 from bertkit.studies.runner import busy, hold, holder, machine, try_hold
 from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
