@@ -34,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=LIMIT_DEFAULTS.max_tokens,
                    help="WordPieces per text")
     p.add_argument("--max-body-bytes", type=int, default=LIMIT_DEFAULTS.max_body_bytes)
+    p.add_argument("--body-timeout", type=float, default=LIMIT_DEFAULTS.body_timeout_s,
+                   metavar="SECONDS", help="seconds a request body may take to arrive; a slower "
+                   "one is answered 408 and its connection closed")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.set_defaults(func=run_serve)
 
@@ -53,7 +56,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
     cfg = ServeConfig(tuple(args.models), args.host, args.port,
                       Limits(args.max_body_bytes, args.max_texts, args.max_tokens,
-                             min(LIMIT_DEFAULTS.attention_tokens, args.max_tokens)),
+                             min(LIMIT_DEFAULTS.attention_tokens, args.max_tokens),
+                             args.body_timeout),
                       BatchSettings(args.max_batch, args.max_wait_ms, args.max_queue),
                       args.threads)
     run(cfg)

@@ -28,6 +28,7 @@ from bertkit.serve.batcher import BatchSettings, DynamicBatcher, QueueFull, unba
 from bertkit.serve.models import CapabilityError, ServedModel
 from bertkit.serve.safety import (
     BodyLimit,
+    BodyTimeout,
     Limits,
     TooLarge,
     check_count,
@@ -104,6 +105,7 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None,
                   description="BERT over HTTP: tokenization, embeddings, similarity, fill-mask, "
                   "NSP, fine-tuned predictions, attention maps and per-layer vectors.")
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+    app.add_middleware(BodyTimeout, seconds=limits.body_timeout_s)  # outermost: times every read
     add_error_handlers(app)
     infos = {name: m.info() for name, m in models.items()}
     api = Api(models, limits)
