@@ -343,7 +343,7 @@ def test_the_run_folder_lock_is_held_to_the_end_then_released(tiny_model, shared
                                                               monkeypatch):
     """A long-lived process (a study, a grid) keeps no lock per folder it trained: after run_one
     returns another process can take the folder; until metrics.json is written it cannot."""
-    from bertkit.training import finetune as ft
+    from bertkit.runs import finetune as ft
 
     out = tmp_path / "run"
     write_json = ft.write_json

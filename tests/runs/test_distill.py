@@ -21,6 +21,7 @@ from bertkit.heads import (
     BertForTokenClassification,
 )
 from bertkit.model import BertModel
+from bertkit.runs import distill
 from bertkit.runs.distill import (
     DistillConfig,
     build_student,
@@ -34,7 +35,7 @@ from bertkit.tasks import get_task
 from bertkit.tasks.glue import GlueTask, TextExample
 from bertkit.tasks.splits import save_release
 from bertkit.tokenization import BertTokenizer
-from bertkit.training import distill, loop
+from bertkit.training import loop
 
 POSITIVE = ["good", "great", "fine", "nice", "lovely"]
 NEGATIVE = ["bad", "awful", "poor", "dull", "boring"]

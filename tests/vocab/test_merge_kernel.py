@@ -13,7 +13,7 @@ import pytest
 from numba import njit
 from numba.core import caching
 
-from bertkit.tokenization import merge_kernel, merge_tables
+from bertkit.vocab import merge_kernel, merge_tables
 from bertkit.vocab.merge_kernel import run_merges, watch_progress
 from bertkit.vocab.merge_priority import score
 from bertkit.vocab.merge_state import PMI
