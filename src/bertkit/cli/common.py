@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from bertkit.data.download import DEFAULT_DEST
 from bertkit.errors import BertkitError
 from bertkit.training import distributed
 from bertkit.training.config import TrainConfig
@@ -19,18 +20,22 @@ from bertkit.training.state import RESUME_AUTO
 DATA_ENV = "BERTKIT_DATA"
 
 
-def data_root(given: Path | None) -> Path:
+def data_root(given: Path | None, fetch: str = "fetch data with `bertkit data download`") -> Path:
     """The data folder: --data, else $BERTKIT_DATA, else ../shared/data from the working
-    directory (never derived from where bertkit is installed)."""
+    directory, else ./data where `bertkit data download` puts its data sets (never derived from
+    where bertkit is installed). `fetch` says how to get data when there is none."""
+    shared, downloaded = Path("..") / "shared" / "data", DEFAULT_DEST
     if given is not None:
         root, how = Path(given), "--data"
     elif os.environ.get(DATA_ENV):
         root, how = Path(os.environ[DATA_ENV]), f"${DATA_ENV}"
+    elif shared.is_dir() or not downloaded.is_dir():
+        root, how = shared, f"the default ../shared/data; nor is there ./{downloaded}"
     else:
-        root, how = Path("..") / "shared" / "data", "the default ../shared/data"
+        root, how = downloaded, f"./{downloaded}, where `bertkit data download` writes"
     if not root.is_dir():
         raise BertkitError(f"{root}: no such data folder ({how}); pass --data DIR or set "
-                           f"{DATA_ENV}, or fetch data with `bertkit data download`")
+                           f"{DATA_ENV}, or {fetch}")
     return root
 
 

@@ -6,11 +6,14 @@ import argparse
 from pathlib import Path
 
 from bertkit.cli.common import data_root
+from bertkit.data.download import demo_missing
+from bertkit.errors import BertkitError
 from bertkit.studies.demo.config import SCALES
 from bertkit.studies.demo.run import DemoConfig, run
 from bertkit.vocab.trainer import CRITERIA
 
 DEMO_DEFAULTS = DemoConfig(Path("."))  # the defaults, defined once in the library
+FETCH_DEMO = "run `bertkit data download demo` (the demo's books and SST-2, into ./data)"
 
 
 def _grid(rates: tuple[float, ...]) -> str:
@@ -27,8 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "model, batch and data scale up for the same minutes. Every step is cached under "
         "OUTPUT/work: run it again to continue.")
     p.add_argument("--data", type=Path, default=None, metavar="DIR",
-                   help="folder holding books/ and glue/SST-2 (default: $BERTKIT_DATA, else "
-                   "../shared/data from the working directory)")
+                   help="folder holding books/ and glue/SST-2 or glue-sst-2/SST-2 (default: "
+                   "$BERTKIT_DATA, else ../shared/data from the working directory, else ./data "
+                   "as `bertkit data download demo` fills it)")
     p.add_argument("--corpus", nargs="+", default=None, metavar="FILE",
                    help="pre-training text (default: DATA/books/*.txt)")
     p.add_argument("--output", type=Path, default=DEMO_DEFAULTS.output, metavar="DIR")
@@ -97,5 +101,15 @@ def run_demo(args: argparse.Namespace) -> int:
     for name in ("corpus", "finetune_lr", "reference_lr", "reference_random_lr"):
         if options[name] is not None:
             options[name] = tuple(options[name])
-    run(DemoConfig(data=data_root(args.data), **options))
+    run(DemoConfig(data=demo_data_root(args.data, corpus_given=args.corpus is not None), **options))
     return 0
+
+
+def demo_data_root(given: Path | None, corpus_given: bool = False) -> Path:
+    """The data folder as every command finds it, holding what the demo reads (or one line
+    saying to run `bertkit data download demo`)."""
+    root = data_root(given, fetch=FETCH_DEMO)
+    problem = demo_missing(root, corpus_given)
+    if problem:
+        raise BertkitError(problem)
+    return root
