@@ -135,10 +135,10 @@ class BertForPreTraining(PretrainedMixin, nn.Module):
 
     supports_packing: ClassVar[bool] = True  # no loss reads a padding position
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, causal: bool = False):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config)
+        self.bert = BertModel(config, causal=causal)  # causal: see BertModel
         self.mlm = MLMHead(config, self.bert.embeddings.word_embeddings)
         self.nsp = nn.Linear(config.hidden_size, 2)
         init_head(self, (self.mlm.dense, self.mlm.norm, self.nsp))
@@ -178,10 +178,10 @@ class BertForMaskedLM(PretrainedMixin, nn.Module):
 
     supports_packing: ClassVar[bool] = True  # no loss reads a padding position
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, causal: bool = False):
         super().__init__()
         self.config = config
-        self.bert = BertModel(config, add_pooling_layer=False)
+        self.bert = BertModel(config, add_pooling_layer=False, causal=causal)  # see BertModel
         self.mlm = MLMHead(config, self.bert.embeddings.word_embeddings)
         init_head(self, (self.mlm.dense, self.mlm.norm))
 

@@ -248,17 +248,17 @@ class Pooler(nn.Module):
 class BertModel(PretrainedMixin, nn.Module):
     """The BERT encoder. `add_pooling_layer=False` matches HF's MLM/tagging/QA models.
 
-    `causal = True` hides every later position from each query (the left-to-right LM of the
-    paper's ablation, `pretrain --objective ltr`): a property of the model, set once, not saved
-    in the checkpoint (HF's BERT has no such switch; the released encoder is read both ways)."""
+    `causal=True` hides every later position from each query (the left-to-right LM of the
+    paper's ablation, `pretrain --objective ltr`): chosen when the model is built, not saved in
+    the checkpoint (HF's BERT has no such switch; the released encoder is read both ways)."""
 
     supports_packing: ClassVar[bool] = True  # `forward(..., layout=...)`; see there
     causal: bool
 
-    def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True, causal: bool = False):
         super().__init__()
         self.config = config
-        self.causal = False
+        self.causal = causal
         self.embeddings = Embeddings(config)
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_hidden_layers))
         self.pooler = Pooler(config) if add_pooling_layer else None

@@ -137,8 +137,7 @@ def test_ltr_causal_mask_hides_the_future():
     torch.manual_seed(0)
     config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=16)
-    model = BertForPreTraining(config).eval()
-    model.bert.causal = True  # as `build_model` makes ltr's
+    model = BertForPreTraining(config, causal=True).eval()  # as `new_model` makes ltr's
     ids = torch.randint(5, 50, (2, 10))
     batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids),
              "attention_mask": torch.ones_like(ids)}

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertkit.checkpoint import load_into, read_state_dict
 from bertkit.config import BertConfig
 from bertkit.data.collate import DynamicMaskingCollate, collate_pretraining
 from bertkit.data.masking import VocabInfo
@@ -194,18 +195,20 @@ def model_class(objective: str) -> type[BertForPreTraining] | type[BertForMasked
     return BertForPreTraining if objective in _SENTENCE_TASK else BertForMaskedLM
 
 
+def new_model(objective: str, config: BertConfig) -> BertForPreTraining | BertForMaskedLM:
+    """A freshly initialized model for `objective`; `ltr`'s is causal (`BertModel`'s `causal`),
+    its batches plain."""
+    return model_class(objective)(config, causal=objective == "ltr")
+
+
 def build_model(cfg: PretrainConfig, config: BertConfig) -> BertForPreTraining | BertForMaskedLM:
-    """The objective's model; `ltr`'s is causal (`BertModel.causal`), its batches plain."""
-    cls = model_class(cfg.objective)
+    """The run's model: `new_model`, with the --init checkpoint's weights loaded into it."""
     # the initial weights depend on the seed alone: a fresh model's, and with --init the heads
     # the checkpoint lacks (all-MiniLM-L6-v2 has no MLM head)
     torch.manual_seed(cfg.train.seed)
-    if cfg.init is not None:
-        model = cls.from_pretrained(cfg.init)  # heads the objective does not train are left out
-        model.train()
-    else:
-        model = cls(config)
-    model.bert.causal = cfg.objective == "ltr"
+    model = new_model(cfg.objective, config)
+    if cfg.init is not None:  # heads the objective does not train are left out
+        load_into(model, read_state_dict(cfg.init), str(cfg.init))
     return model
 
 

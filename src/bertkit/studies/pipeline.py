@@ -29,7 +29,7 @@ from bertkit.runs.finetune import FinetuneConfig, run_one
 from bertkit.runs.pretrain import (
     PretrainConfig,
     make_collate,
-    model_class,
+    new_model,
     open_shards,
     pretraining_metrics,
     run_pretraining,
@@ -115,8 +115,7 @@ def seconds_per_step(recipe: PretrainConfig, config: BertConfig, shards: str | o
 
     def timed(steps: int, out: Path) -> float:
         torch.manual_seed(0)
-        model = model_class(recipe.objective)(config)
-        model.bert.causal = recipe.objective == "ltr"  # as `pretrain.build_model`'s
+        model = new_model(recipe.objective, config)
         cfg = dataclasses.replace(recipe.train, output_dir=str(out), max_steps=steps,
                                   warmup_steps=0, warmup_ratio=None, eval_every=0, save_every=0,
                                   log_every=steps, progress=False, resume=False)
