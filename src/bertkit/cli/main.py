@@ -14,6 +14,8 @@ import os
 import sys
 from collections.abc import Mapping
 
+from bertkit import __version__
+
 COMMAND_MODULES = [
     "bertkit.cli.model_cmds",
     "bertkit.cli.tokenize_cmds",
@@ -28,6 +30,7 @@ COMMAND_MODULES = [
     "bertkit.cli.demo_cmds",
     "bertkit.cli.study_cmds",
     "bertkit.cli.serve_cmds",
+    "bertkit.cli.convert_cmds",
 ]
 
 
@@ -62,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="bertkit: train your own BERT or put one to work.",
     )
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
