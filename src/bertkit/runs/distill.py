@@ -53,6 +53,7 @@ from torch import nn
 from bertkit.checkpoint import check_vocab
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
+from bertkit.heads import HEAD_KEY
 from bertkit.inference.finetuned import load_for, task_of
 from bertkit.io import atomic_write_json
 from bertkit.runs.distill_config import UNLABELLED_FORMATS, DistillConfig, Transfer
@@ -100,7 +101,6 @@ from bertkit.runs.finetune import (
     train_config,
 )
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task
-from bertkit.tasks.feature_based import HEAD_KEY
 from bertkit.tasks.splits import evaluate_splits, featurized, save_release
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.hardware import resolve_device, resolve_precision

@@ -1,4 +1,8 @@
-"""The one training loop (pre-training and fine-tuning), its optimizers and DDP plumbing."""
+"""The machinery every run kind trains with: the one loop (`loop`) and its parts — the data order
+(`stream`), optimizers and the learning-rate schedule (`optim`), step statistics (`stats`), the
+device and precision (`hardware`), training states and resume (`state`, `runtime`), signals,
+torchrun/DDP (`distributed`), packed batches (`packing`) and the one run-folder claim
+(`run_folder`). The run kinds built on it (pretrain, finetune, grid, distill) are `bertkit.runs`."""
 
 from bertkit.training.config import TrainConfig
 from bertkit.training.loop import TrainingInterrupted, TrainResult, train

@@ -44,7 +44,6 @@ from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_text, lock_output_dir, progress_bar
 from bertkit.training import distributed as dist_utils
 from bertkit.training.config import StepSchedule, TrainConfig  # TrainConfig: also imported from here
-from bertkit.training.hardware import PRECISIONS as PRECISIONS  # re-exported: the CLI imports it here
 from bertkit.training.hardware import resolve_device, resolve_precision
 from bertkit.training.optim import build_optimizer, lr_at
 from bertkit.training.runtime import (
