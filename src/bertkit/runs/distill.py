@@ -285,13 +285,15 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
                   if any(cfg.layer_weights.values()) else None)
         # the student tunes what the teacher tuned on dev (SQuAD v2.0's threshold) for itself
         student, student_record = train_student(task.untuned(), cfg, init_dir, student_tok,
-                                                data, targets, settings, continues, layers)
+                                                data, targets=targets, settings=settings,
+                                                resume=continues, layers=layers)
         teacher_metrics = evaluate_splits(task, teacher, data.teacher_dev, settings,
                                           cfg.finetune.eval_batch_size, None)
         baseline = run_baseline(task, cfg, init_dir) if cfg.baseline else None
         speed = measure_speed(task, teacher, student, data, cfg) if cfg.speed_texts else None
-        results = summarize(task, cfg, data, teacher, student, teacher_metrics, student_record,
-                            baseline, speed)
+        results = summarize(task, cfg, data, teacher=teacher, student=student,
+                            teacher_metrics=teacher_metrics, student_record=student_record,
+                            baseline=baseline, speed=speed)
         atomic_write_json(out / RESULTS_NAME, results)
         return results
 
@@ -320,7 +322,7 @@ def layer_transfer(teacher: nn.Module, spec: StudentSpec, cfg: DistillConfig,
 
 
 def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: BertTokenizer,
-                  data: Transfer, targets: list[torch.Tensor], settings: FeatureSettings,
+                  data: Transfer, *, targets: list[torch.Tensor], settings: FeatureSettings,
                   resume: bool, layers: Callable[[nn.Module], LayerTransfer] | None = None
                   ) -> tuple[nn.Module, dict[str, Any]]:
     """Train (or, finished earlier, load) the student; its release and dev metrics.json land

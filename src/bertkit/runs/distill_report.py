@@ -53,7 +53,7 @@ def parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def summarize(task: Task, cfg: DistillConfig, data: Transfer, teacher: nn.Module,
+def summarize(task: Task, cfg: DistillConfig, data: Transfer, *, teacher: nn.Module,
               student: nn.Module, teacher_metrics: dict[str, Any], student_record: dict[str, Any],
               baseline: dict[str, Any] | None, speed: dict[str, Any] | None) -> dict[str, Any]:
     """results.json: the main dev metric of each model, the student's as a fraction of the

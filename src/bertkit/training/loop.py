@@ -151,7 +151,13 @@ def train(model: nn.Module, dataset: torch.utils.data.Dataset,
                 log.info("stopping at step %d, as asked", run.step)
                 break
     bar.close()
-    # the end evaluates and saves, unless the schedule just did at this step
+    return _finish(run, config, schedule, evaluate, losses, last_metrics)
+
+
+def _finish(run: Run, config: TrainConfig, schedule: StepSchedule,
+            evaluate: Callable[[nn.Module], dict[str, float]] | None, losses: list[float],
+            last_metrics: dict[str, float]) -> TrainResult:
+    """The end of a run: it evaluates and saves, unless the schedule just did at this step."""
     if evaluate is not None and not schedule.eval(run.step):
         last_metrics.update(_log(run, {"step": run.step, **_evaluate(run, evaluate)}))
     path = checkpoint_path(config.output_dir, run.step)

@@ -270,7 +270,7 @@ def architecture(settings: CurveSettings, vocab_size: int) -> BertConfig:
                              attention_probs_dropout_prob=settings.dropout)
 
 
-def run_config(settings: CurveSettings, work: Path, run: Path, max_steps: int,
+def run_config(settings: CurveSettings, work: Path, run: Path, max_steps: int, *,
                stop_at: float | None = None, log_every: int = 20,
                save_every: int = 200, decay_from: tuple[int, float] | None = None,
                phase2_steps: int = 0, stop_at_step: int | None = None) -> PretrainConfig:

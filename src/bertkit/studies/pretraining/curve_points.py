@@ -76,7 +76,7 @@ def pretrain_points(store: ResultsStore, settings: CurveSettings, work: Path,
             continue
         stop_at = min(point.cpu_seconds, before + (hours_left * HOUR - spent))
         stop_at = None if math.isinf(stop_at) else stop_at
-        cfg = run_config(settings, work, work / "run", steps, stop_at, phase2_steps=phase2_steps,
+        cfg = run_config(settings, work, work / "run", steps, stop_at=stop_at, phase2_steps=phase2_steps,
                          stop_at_step=point.at_step)
         log.info("pre-training to %s (%s; the run has %.0f CPU-s)", label,
                  f"step {point.at_step}, as recorded" if point.at_step is not None else
