@@ -31,7 +31,8 @@ DATASET_STATE = "state.json"  # in a folder of `Dataset.save_to_disk`: lists its
 DATASET_DICT = "dataset_dict.json"  # `DatasetDict.save_to_disk`: {"splits": [...]}, a folder each
 
 
-def _pyarrow() -> Any:
+def pyarrow_module() -> Any:
+    """pyarrow with its IPC and Parquet modules, or the one-line error saying how to get it."""
     try:
         import pyarrow
         import pyarrow.ipc
@@ -75,7 +76,7 @@ def _one_line(err: BaseException) -> str:
 
 def _column_index(path: Path, schema: Any, name: str) -> int:
     """The index of column `name`, which must hold strings."""
-    pa = _pyarrow()
+    pa = pyarrow_module()
     index = schema.get_field_index(name)
     if index < 0:
         raise BertkitError(f"{path}: no column {name!r} (its columns: "
@@ -109,26 +110,32 @@ def _documents(path: Path, batches: Iterable[Any], schema: Any, stats: CorpusSta
 
 
 def read_parquet(path: Path, stats: CorpusStats, fields: Fields = DEFAULT_FIELDS) -> Iterator[Document]:
-    pa = _pyarrow()
-    try:
-        # pages whose writer stored a CRC (parquet-mr does by default) are checked: snappy has
-        # no checksum of its own, so a flipped byte could otherwise be read as other text
-        parquet = pa.parquet.ParquetFile(path, page_checksum_verification=True)
-    except (pa.ArrowException, OSError) as err:
-        raise BertkitError(f"{path}: not a readable Parquet file ({_one_line(err)})") from err
+    pa = pyarrow_module()
+    parquet = open_parquet(path)
     schema = parquet.schema_arrow
     columns = [fields.text] + ([fields.doc_id] if fields.doc_id else [])
     _column_index(path, schema, fields.text)  # a clear error before reading
     selected = [c for c in columns if c in schema.names]
-    batches = _parquet_batches(path, parquet, selected)
+    batches = parquet_batches(path, parquet, selected)
     yield from _documents(path, batches, pa.schema([schema.field(c) for c in selected]), stats,
                           fields)
 
 
-def _parquet_batches(path: Path, parquet: Any, columns: list[str]) -> Iterator[Any]:
+def open_parquet(path: Path) -> Any:
+    """A `pyarrow.parquet.ParquetFile`, or an error naming the file."""
+    pa = pyarrow_module()
+    try:
+        # pages whose writer stored a CRC (parquet-mr does by default) are checked: snappy has
+        # no checksum of its own, so a flipped byte could otherwise be read as other text
+        return pa.parquet.ParquetFile(path, page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as err:
+        raise BertkitError(f"{path}: not a readable Parquet file ({_one_line(err)})") from err
+
+
+def parquet_batches(path: Path, parquet: Any, columns: list[str]) -> Iterator[Any]:
     """The record batches of `columns`, a row group at a time, so that a damaged page (the
     footer intact, the data not) is reported with its row group and rows."""
-    pa = _pyarrow()
+    pa = pyarrow_module()
     first = 1
     for group in range(parquet.num_row_groups):
         rows = parquet.metadata.row_group(group).num_rows
@@ -143,7 +150,7 @@ def _parquet_batches(path: Path, parquet: Any, columns: list[str]) -> Iterator[A
 
 def read_arrow(path: Path, stats: CorpusStats, fields: Fields = DEFAULT_FIELDS) -> Iterator[Document]:
     """An Arrow IPC file, or stream (what `datasets` writes), memory-mapped."""
-    pa = _pyarrow()
+    pa = pyarrow_module()
     try:
         with pa.memory_map(str(path)) as source:
             try:

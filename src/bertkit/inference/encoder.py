@@ -12,6 +12,13 @@ Where the speed comes from, in the order it pays on a CPU:
 - `torch.inference_mode`; bf16 autocast (CPUs with AVX512-BF16/AMX, GPUs); int8 dynamic
   quantization of the linear layers as an option.
 
+Texts are taken a window at a time (`WINDOW_TEXTS`, `encode_windows`): tokenized, grouped by length
+and run, so memory stays flat in the number of texts and results arrive from the first window.
+With `batch_invariant`, every batch holds pieces of one length (no padding) and every dense layer
+sees at least `min_rows()` rows, so a text's vector is bit-for-bit the same whatever its batch
+and neighbours (fp32 on one machine); the default batching mixes neighbouring lengths and may
+differ in the last bits.
+
 Long texts are truncated at `max_length` (counted in `last_stats.truncated`) or, with `stride`,
 cut into overlapping windows whose token vectors are merged: each token is taken from the window
 where it has the most context, as in BERT's SQuAD recipe (`_check_is_max_context`).
@@ -24,11 +31,11 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -51,6 +58,11 @@ POOLINGS = ("cls", "mean", "max")
 COMBINES = ("concat", "sum", "none")
 # the training precisions, and int8 (dynamic quantization of the Linear layers) for inference
 INFERENCE_PRECISIONS = (*PRECISIONS, "int8")
+# The pooling of a plain BERT's frozen features: the mean over the tokens is the stronger sentence
+# vector; the raw [CLS] vector was trained only for next-sentence prediction (Reimers & Gurevych,
+# Sentence-BERT, 2019). A sentence-transformers checkpoint names its own (its 1_Pooling config).
+FROZEN_POOLING: Pooling = "mean"
+WINDOW_TEXTS = 8192  # texts tokenized and batched at a time: memory is bounded by a window
 
 
 @dataclass
@@ -73,6 +85,23 @@ class TokenFeatures:
     offsets: list[tuple[int, int]]  # character offsets into the text; (0, 0) for [CLS]/[SEP]
     type_ids: list[int]  # 0 = first text, 1 = pair text
     vectors: np.ndarray  # (T, L*H) concat, (T, H) sum, (T, L, H) none
+
+
+@dataclass
+class TextWindow:
+    """Consecutive texts (and pair texts) encoded together; `keys` are the caller's (ids, line
+    numbers), carried through untouched so results can be written beside them."""
+
+    texts: Sequence[str]
+    pairs: Sequence[str] | None = None
+    keys: Sequence[Any] | None = None
+
+
+def text_windows(texts: Sequence[str], pairs: Sequence[str] | None = None,
+                 size: int = WINDOW_TEXTS) -> Iterator[TextWindow]:
+    """`texts` (and `pairs`) cut into windows of `size`."""
+    for i in range(0, len(texts), size):
+        yield TextWindow(texts[i:i + size], None if pairs is None else pairs[i:i + size])
 
 
 @dataclass
@@ -127,7 +156,7 @@ class Encoder:
                               self.config.max_position_embeddings)
         if self.max_length < 3:
             raise BertkitError(f"max_length must be at least 3 ([CLS] x [SEP]), got {max_length}")
-        self.default_pooling: Pooling = pooling or st_pooling or "cls"
+        self.default_pooling: Pooling = pooling or st_pooling or FROZEN_POOLING
         self.packed = packed
         self.model = prepare_model(model, self.device, self.precision)
         self.last_stats = InferenceStats()
@@ -136,52 +165,118 @@ class Encoder:
 
     def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
                pooling: Pooling | None = None, normalize: bool = False, batch_size: int = 32,
-               stride: int | None = None, progress: bool = False) -> np.ndarray:
-        """One vector per text, (len(texts), H) float32, in the input order."""
+               stride: int | None = None, progress: bool = False, layers: Sequence[int] = (-1,),
+               batch_invariant: bool = False) -> np.ndarray:
+        """One vector per text, (len(texts), L*H) float32, in the input order: the pooled
+        vector of each of `layers` (HF `hidden_states` numbering, -1 = last), concatenated in
+        the order asked. Runs a window of texts at a time (`encode_windows`)."""
+        out = np.zeros((len(texts), len(layers) * self.config.hidden_size), dtype=np.float32)
+        row = 0
+        for _, vectors in self.encode_windows(text_windows(texts, pairs), total=len(texts),
+                                              pooling=pooling, normalize=normalize,
+                                              batch_size=batch_size, stride=stride,
+                                              progress=progress, layers=layers,
+                                              batch_invariant=batch_invariant):
+            out[row:row + len(vectors)] = vectors
+            row += len(vectors)
+        return out
+
+    def encode_windows(self, windows: Iterable[TextWindow], total: int | None = None,
+                       pooling: Pooling | None = None, normalize: bool = False,
+                       batch_size: int = 32, stride: int | None = None, progress: bool = False,
+                       layers: Sequence[int] = (-1,), batch_invariant: bool = False
+                       ) -> Iterator[tuple[TextWindow, np.ndarray]]:
+        """(window, its vectors (len(window.texts), L*H) float32) for each window, in order,
+        as each is done; `total` texts (when known) sizes the progress bar. `last_stats` counts
+        the whole stream."""
         pooling = pooling or self.default_pooling
         if pooling not in POOLINGS:
             raise BertkitError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        hidden_index = self.check_layers(layers)
+        self._check_run(batch_size, stride)
         start_time = time.perf_counter()
-        items = self._tokenize(texts, pairs)
-        pieces = self._pieces(items, stride)
-        out = np.zeros((len(texts), self.config.hidden_size), dtype=np.float32)
-        windowed: dict[int, list[tuple[int, torch.Tensor]]] = {}
-        n_windows = count_by_text(pieces)
-        for batch, (hidden,) in self._run(pieces, [self.config.num_hidden_layers], batch_size,
-                                          progress):
-            lengths = [len(p.ids) for p in batch]
-            single = [i for i, p in enumerate(batch) if n_windows[p.text] == 1]
-            if single:
-                pooled = pool_packed(hidden.float(), lengths, pooling)  # (B, H)
-                rows = [batch[i].text for i in single]
-                out[rows] = pooled[single].cpu().numpy()
-            if len(single) < len(batch):
-                for piece, vec in zip(batch, hidden.float().split(lengths)):
-                    if n_windows[piece.text] > 1:
-                        windowed.setdefault(piece.text, []).append((piece.start, vec))
-        for text, parts in windowed.items():
-            merged = merge_windows(parts, len(items[text].ids) - 2)  # (T, H)
-            out[text] = pool_packed(merged, [merged.shape[0]], pooling)[0].cpu().numpy()
-        if normalize:
-            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        self.last_stats.seconds = time.perf_counter() - start_time
-        return out
+        self.last_stats = InferenceStats()
+        with self._progress(total, progress) as bar:
+            for window in windows:
+                yield window, self._encode_window(window, hidden_index, pooling, normalize,
+                                                  batch_size, stride, bar, batch_invariant)
+                self.last_stats.seconds = time.perf_counter() - start_time
 
     def features(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
                  layers: Sequence[int] = (-1, -2, -3, -4), combine: Combine = "concat",
                  batch_size: int = 32, stride: int | None = None,
-                 progress: bool = False) -> list[TokenFeatures]:
+                 progress: bool = False, batch_invariant: bool = False) -> list[TokenFeatures]:
         """Per-token vectors of the given layers (HF `hidden_states` numbering: 0 = embeddings,
         -1 = last layer), with tokens and character offsets. The paper's feature-based NER used
         the concat of the last four layers."""
+        result: list[TokenFeatures] = []
+        for _, feats in self.features_windows(text_windows(texts, pairs), total=len(texts),
+                                              layers=layers, combine=combine,
+                                              batch_size=batch_size, stride=stride,
+                                              progress=progress, batch_invariant=batch_invariant):
+            result.extend(feats)
+        return result
+
+    def features_windows(self, windows: Iterable[TextWindow], total: int | None = None,
+                         layers: Sequence[int] = (-1, -2, -3, -4), combine: Combine = "concat",
+                         batch_size: int = 32, stride: int | None = None,
+                         progress: bool = False, batch_invariant: bool = False
+                         ) -> Iterator[tuple[TextWindow, list[TokenFeatures]]]:
+        """`features` a window at a time: (window, its texts' features), in order."""
         if combine not in COMBINES:
             raise BertkitError(f"combine must be one of {', '.join(COMBINES)}, got {combine!r}")
-        hidden_index = [self._hidden_index(i) for i in layers]
+        hidden_index = self.check_layers(layers)
+        self._check_run(batch_size, stride)
         start_time = time.perf_counter()
-        items = self._tokenize(texts, pairs)
+        self.last_stats = InferenceStats()
+        with self._progress(total, progress) as bar:
+            for window in windows:
+                yield window, self._features_window(window, hidden_index, combine, batch_size,
+                                                    stride, bar, batch_invariant)
+                self.last_stats.seconds = time.perf_counter() - start_time
+
+    def check_layers(self, layers: Sequence[int]) -> list[int]:
+        """The `hidden_states` indices of `layers`; a layer the model lacks is an error."""
+        if not layers:
+            raise BertkitError("no layer given")
+        return [self._hidden_index(i) for i in layers]
+
+    # ---- one window -------------------------------------------------------------------------
+
+    def _encode_window(self, window: TextWindow, hidden_index: list[int], pooling: Pooling,
+                       normalize: bool, batch_size: int, stride: int | None, bar: Any,
+                       batch_invariant: bool) -> np.ndarray:
+        items = self._tokenize(window.texts, window.pairs)
+        pieces = self._pieces(items, stride)
+        out = np.zeros((len(items), len(hidden_index) * self.config.hidden_size), dtype=np.float32)
+        windowed: dict[int, list[tuple[int, torch.Tensor]]] = {}
+        n_windows = count_by_text(pieces)
+        for batch, hidden in self._run(pieces, hidden_index, batch_size, bar, batch_invariant):
+            x = torch.cat([h.float() for h in hidden], dim=1)  # (S, L*H), layers in the order asked
+            lengths = [len(p.ids) for p in batch]
+            single = [i for i, p in enumerate(batch) if n_windows[p.text] == 1]
+            if single:
+                pooled = pool_packed(x, lengths, pooling)  # (B, L*H)
+                rows = [batch[i].text for i in single]
+                out[rows] = pooled[single].cpu().numpy()
+            if len(single) < len(batch):
+                for piece, vec in zip(batch, x.split(lengths)):
+                    if n_windows[piece.text] > 1:
+                        windowed.setdefault(piece.text, []).append((piece.start, vec))
+        for text, parts in windowed.items():
+            merged = merge_windows(parts, len(items[text].ids) - 2)  # (T, L*H)
+            out[text] = pool_packed(merged, [merged.shape[0]], pooling)[0].cpu().numpy()
+        if normalize:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
+
+    def _features_window(self, window: TextWindow, hidden_index: list[int], combine: Combine,
+                         batch_size: int, stride: int | None, bar: Any,
+                         batch_invariant: bool) -> list[TokenFeatures]:
+        items = self._tokenize(window.texts, window.pairs)
         pieces = self._pieces(items, stride)
         parts: dict[int, list[tuple[int, torch.Tensor]]] = {}
-        for batch, hidden in self._run(pieces, hidden_index, batch_size, progress):
+        for batch, hidden in self._run(pieces, hidden_index, batch_size, bar, batch_invariant):
             stacked = torch.stack([h.float() for h in hidden], dim=1)  # (S, L, H)
             for piece, vec in zip(batch, stacked.split([len(p.ids) for p in batch])):
                 parts.setdefault(piece.text, []).append((piece.start, vec.cpu()))
@@ -193,7 +288,6 @@ class Encoder:
             elif combine == "sum":
                 vec = vec.sum(dim=1)  # (T, H)
             result.append(TokenFeatures(item.tokens, item.offsets, item.type_ids, vec.numpy()))
-        self.last_stats.seconds = time.perf_counter() - start_time
         return result
 
     # ---- steps ------------------------------------------------------------------------------
@@ -208,7 +302,7 @@ class Encoder:
     def _tokenize(self, texts: Sequence[str], pairs: Sequence[str] | None) -> list[_Tokenized]:
         """Tokenize in full (`tokenizers` uses its threads); pairs longer than max_length are
         cut by the tokenizer's longest-first rule, single texts later by `_pieces`."""
-        self.last_stats = InferenceStats(texts=len(texts))
+        self.last_stats.texts += len(texts)
         encodings = self.tokenizer.encode_batch(texts, pairs, truncation=False)
         items = []
         for i, enc in enumerate(encodings):
@@ -222,8 +316,6 @@ class Encoder:
         """Cut each long text to max_length: truncate it (and count), or windows with `stride`.
         A truncated text's item is replaced by its kept part, so features show what was seen."""
         M = self.max_length
-        if stride is not None and not 1 <= stride <= M - 2:
-            raise BertkitError(f"stride must be in [1, {M - 2}] (max_length - 2), got {stride}")
         pieces = []
         for i, item in enumerate(items):
             if len(item.ids) <= M:
@@ -237,28 +329,42 @@ class Encoder:
                 pieces.append(_Piece(i, items[i].ids, items[i].type_ids))
             else:
                 pieces.extend(window_pieces(i, item.ids, M, stride))
-        self.last_stats.pieces = len(pieces)
+        self.last_stats.pieces += len(pieces)
         return pieces
 
-    def _run(self, pieces: list[_Piece], hidden_index: list[int], batch_size: int,
-             progress: bool):
-        """Yield (batch of pieces, [hidden (S, H) per asked-for layer]) in length-sorted order."""
+    def _check_run(self, batch_size: int, stride: int | None) -> None:
         if batch_size < 1:
             raise BertkitError(f"batch_size must be positive, got {batch_size}")
-        batches = length_batches([len(p.ids) for p in pieces], batch_size)
-        bar = progress_bar(total=len(pieces), disable=not progress, unit="text", desc="encoding")
-        with torch.inference_mode(), self._autocast(), bar:
+        M = self.max_length
+        if stride is not None and not 1 <= stride <= M - 2:
+            raise BertkitError(f"stride must be in [1, {M - 2}] (max_length - 2), got {stride}")
+
+    def _progress(self, total: int | None, progress: bool) -> Any:
+        return progress_bar(total=total, disable=not progress, unit="text", desc="encoding")
+
+    def _run(self, pieces: list[_Piece], hidden_index: list[int], batch_size: int, bar: Any,
+             batch_invariant: bool = False):
+        """Yield (batch of pieces, [hidden (S, H) per asked-for layer]) in length-sorted order;
+        `bar` counts a text when its first piece is done."""
+        lengths = [len(p.ids) for p in pieces]
+        if batch_invariant:
+            batches = exact_length_batches(lengths, batch_size)
+        else:
+            batches = length_batches(lengths, batch_size)
+        with torch.inference_mode(), self._autocast():
             for index in batches:
                 batch = [pieces[i] for i in index]
-                packed = pack(batch, self.device)
-                self.last_stats.tokens += packed.num_tokens
-                self.last_stats.padded_tokens += len(batch) * packed.max_len - packed.num_tokens
+                run = batch_with_min_rows(batch, min_rows()) if batch_invariant else batch
+                packed = pack(run, self.device)
+                real = sum(len(p.ids) for p in batch)
+                self.last_stats.tokens += real
+                self.last_stats.padded_tokens += len(run) * packed.max_len - packed.num_tokens
                 if self.packed:
                     hidden = packed_forward(self.model, packed, hidden_index)
                 else:
                     hidden = padded_forward(self.model, packed, hidden_index)
-                yield batch, hidden
-                bar.update(len(batch))
+                yield batch, [h[:real] for h in hidden]
+                bar.update(sum(1 for p in batch if p.start == 0))
 
     def _autocast(self) -> AbstractContextManager:
         if self.precision in ("bf16", "fp16"):
@@ -322,6 +428,34 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     once, not after an hour); the caller puts the results back in the input order."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def exact_length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices grouped into batches of one length each, longest first: no padding, so a piece's
+    attention never depends on its neighbours' lengths."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and len(batches[-1]) < batch_size and lengths[batches[-1][0]] == lengths[i]:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+def min_rows() -> int:
+    """The fewest rows a dense layer sees in batch-invariant mode. CPU BLAS kernels take
+    another summation order for a matrix of few rows (measured: under 12 rows with 2 threads,
+    under 52 with 32; so it grows with the threads); above that, a row's result does not depend
+    on how many other rows there are."""
+    return max(256, 8 * torch.get_num_threads())
+
+
+def batch_with_min_rows(batch: list[_Piece], rows: int) -> list[_Piece]:
+    """`batch` repeated until it holds at least `rows` tokens; the copies come after the
+    originals, so the first rows of the result are the batch's own."""
+    tokens = sum(len(p.ids) for p in batch)
+    return batch * -(-rows // tokens)
 
 
 def window_pieces(text: int, ids: list[int], max_length: int, stride: int) -> list[_Piece]:

@@ -7,14 +7,14 @@ whatever the training file holds (numbers in numeric order, other strings alphab
 
 from __future__ import annotations
 
-import csv
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from bertkit import metrics as M
+from bertkit.data.tables import iter_table
 from bertkit.errors import BertkitError
-from bertkit.tasks.base import json_object, require_file
+from bertkit.tasks.base import require_file
 from bertkit.tasks.glue import ClassificationTask, TextExample
 
 FORMATS = (".csv", ".tsv", ".jsonl", ".json")
@@ -32,31 +32,13 @@ class ColumnSpec:
 
 
 def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, record) of every record in a CSV, TSV or JSONL file."""
+    """(line number, record) of every record in a CSV, TSV or JSONL file (the rules of
+    `bertkit.data.tables`)."""
     require_file(path, "a CSV, TSV or JSONL file")
-    suffix = path.suffix.lower()
-    if suffix not in FORMATS:
-        raise BertkitError(f"{path}: unknown format {suffix!r}; expected {', '.join(FORMATS)}")
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        if suffix in (".jsonl", ".json"):
-            return [(n, json_object(line, f"{path}:{n}")) for n, line in enumerate(f, start=1)
-                    if line.strip()]
-        if suffix == ".csv":
-            reader = csv.reader(f)
-            lines = [(reader.line_num, fields) for fields in reader if any(x.strip() for x in fields)]
-        else:
-            lines = [(n, line.rstrip("\r\n").split("\t")) for n, line in enumerate(f, start=1)
-                     if line.strip()]
-    if not lines:
-        return []
-    header = lines[0][1]
-    for n, fields in lines[1:]:
-        if len(fields) != len(header):
-            kind = "comma" if suffix == ".csv" else "tab"
-            raise BertkitError(f"{path}:{n}: expected {len(header)} {kind}-separated fields "
-                               f"({', '.join(header)}), found {len(fields)}; a {kind} inside a "
-                               "text shifts the columns")
-    return [(n, dict(zip(header, fields))) for n, fields in lines[1:]]
+    if path.suffix.lower() not in FORMATS:
+        raise BertkitError(f"{path}: unknown format {path.suffix.lower()!r}; expected "
+                           f"{', '.join(FORMATS)}")
+    return [(row.number, row.fields) for row in iter_table(path)]
 
 
 class CustomTask(ClassificationTask):
