@@ -188,12 +188,23 @@ def save_weights(model: torch.nn.Module, model_dir: str | os.PathLike) -> None:
         save_file(state, str(tmp), metadata={"format": "pt"})
 
 
+def refuse_google_folder(path: Path) -> None:
+    """A folder of Google's TensorFlow release (bert_config.json or a *.index checkpoint, no
+    config.json) loads only once converted: one line saying how."""
+    if not (path / "config.json").is_file() and ((path / "bert_config.json").is_file()
+                                                   or any(path.glob("*.index"))):
+        raise BertkitError(f"{path}: a TensorFlow checkpoint of Google's BERT, not a model "
+                           f"folder in HF layout; convert it first: bertkit convert google "
+                           f"{path} --output DIR")
+
+
 def check_model_dir(model_dir: str | os.PathLike) -> Path:
     """A model directory in HF layout: a folder with config.json and the weights."""
     path = Path(model_dir)
     if not path.is_dir():
         raise BertkitError(f"{path}: not a model directory (expected a folder with config.json "
                            f"and {WEIGHTS_NAME})")
+    refuse_google_folder(path)
     if not (path / "config.json").is_file():
         raise BertkitError(f"{path}: no config.json (not a model directory in HF layout)")
     if not ((path / WEIGHTS_NAME).is_file() or (path / LEGACY_WEIGHTS_NAME).is_file()):
@@ -254,6 +265,8 @@ class PretrainedMixin:
         if not model_dir.is_dir():
             raise BertkitError(f"{model_dir}: not a directory (expected a model directory with "
                                f"config.json and {WEIGHTS_NAME})")
+        if config is None:
+            refuse_google_folder(model_dir)
         config = config or BertConfig.load(model_dir)
         if config_changes:
             config = config.replace(**config_changes)
