@@ -58,11 +58,11 @@ def test_inputs_jsonl_csv_tsv_with_pairs(tmp_path):
 
 
 @pytest.mark.parametrize("name,content,message", [
-    ("bad.jsonl", '{"text": "ok"}\n{"text": "ok"}\n{"text": broken}\n', r"bad\.jsonl, line 3: inval"),
-    ("bad.jsonl", '{"text": "ok"}\n{"text": 5}\n', r"line 2: field 'text' must be a string"),
-    ("bad.jsonl", '{"text": "ok"}\n\n{"body": "x"}\n', r"line 3: expected an object with a 'text'"),
-    ("bad.csv", "text,label\nfine,1\nbroken\n", r"bad\.csv, line 3: 1 fields, the header has 2"),
-    ("bad.csv", "body,label\nfine,1\n", r"line 1: no column 'text' in the header"),
+    ("bad.jsonl", '{"text": "ok"}\n{"text": "ok"}\n{"text": broken}\n', r"bad\.jsonl:3: invalid JSON"),
+    ("bad.jsonl", '{"text": "ok"}\n{"text": 5}\n', r"bad\.jsonl:2: field 'text' must be a string"),
+    ("bad.jsonl", '{"text": "ok"}\n\n{"body": "x"}\n', r"bad\.jsonl:3: no field 'text' \(its fields: body\)"),
+    ("bad.csv", "text,label\nfine,1\nbroken\n", r"bad\.csv:3: expected 2 comma-separated fields"),
+    ("bad.csv", "body,label\nfine,1\n", r"bad\.csv: no column 'text' \(its columns: body, label\); choose one with --text-column"),
     ("bad.txt", b"good\nstill good\n\xff\xfe bad\n", r"bad\.txt, line 3: not valid UTF-8"),
     ("bad.xml", "<a/>", r"unknown input type"),
     ("empty.txt", "", r"empty\.txt: no texts in it"),

@@ -26,11 +26,21 @@ TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".parquet")
 
 @dataclass(frozen=True)
 class Row:
-    """One record: its line in the file (its row, for Parquet), where to say it is, its fields."""
+    """One record: the file, its line (its row, for Parquet) and its fields."""
 
+    path: Path
     number: int
-    where: str  # "file:line" or "file, row N": the prefix of an error about this row
     fields: dict[str, Any]
+    unit: str = "line"  # "row" in Parquet
+
+    @property
+    def where(self) -> str:
+        """The prefix of an error about this row: "file:line" or "file, row N"."""
+        return f"{self.path}:{self.number}" if self.unit == "line" else f"{self.path}, row {self.number}"
+
+    @property
+    def place(self) -> str:
+        return f"{self.unit} {self.number}"
 
 
 def iter_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
@@ -67,33 +77,37 @@ def table_header(path: Path) -> list[str] | None:
     return None
 
 
-def iter_table(path: Path, columns: Sequence[str] | None = None) -> Iterator[Row]:
+def iter_table(path: Path, columns: Sequence[str] | None = None, bare_field: str | None = None
+               ) -> Iterator[Row]:
     """The rows of a CSV, TSV, JSONL or Parquet file, in order. `columns` limits what Parquet
     reads (the other formats read whole lines anyway); a column missing from the Parquet
-    schema is the caller's error to name, so it is simply not read."""
+    schema is the caller's error to name, so it is simply not read. With `bare_field`, a JSONL
+    line holding a bare JSON string is the record {bare_field: that string}."""
     if not path.is_file():
         raise BertkitError(f"{path}: no such file")
     kind = table_kind(path)
     if kind == "parquet":
         yield from _parquet_rows(path, columns)
     elif kind == "jsonl":
-        yield from _jsonl_rows(path)
+        yield from _jsonl_rows(path, bare_field)
     else:
         yield from _delimited_rows(path, kind)
 
 
-def _jsonl_rows(path: Path) -> Iterator[Row]:
+def _jsonl_rows(path: Path, bare_field: str | None) -> Iterator[Row]:
     for number, line in iter_text_lines(path):
         if not line.strip():
             continue
-        where = f"{path}:{number}"
+        where = f"{path}:{number}"  # as Row.where
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise BertkitError(f"{where}: invalid JSON ({err.msg})") from None
+        if isinstance(record, str) and bare_field is not None:
+            record = {bare_field: record}
         if not isinstance(record, dict):
             raise BertkitError(f"{where}: expected a JSON object, got {type(record).__name__}")
-        yield Row(number, where, record)
+        yield Row(path, number, record)
 
 
 def _delimited(path: Path, kind: str) -> Iterator[tuple[int, list[str]]]:
@@ -118,12 +132,11 @@ def _delimited_rows(path: Path, kind: str) -> Iterator[Row]:
         return
     separator = "comma" if kind == "csv" else "tab"
     for number, fields in rows:
-        where = f"{path}:{number}"
         if len(fields) != len(header):
-            raise BertkitError(f"{where}: expected {len(header)} {separator}-separated fields "
+            raise BertkitError(f"{path}:{number}: expected {len(header)} {separator}-separated fields "
                                f"({', '.join(header)}), found {len(fields)}; a {separator} "
                                "inside a text shifts the columns")
-        yield Row(number, where, dict(zip(header, fields)))
+        yield Row(path, number, dict(zip(header, fields)))
 
 
 def _parquet_rows(path: Path, columns: Sequence[str] | None) -> Iterator[Row]:
@@ -135,5 +148,5 @@ def _parquet_rows(path: Path, columns: Sequence[str] | None) -> Iterator[Row]:
         values = {name: batch.column(name).to_pylist() for name in selected}
         for i in range(batch.num_rows):
             number += 1
-            yield Row(number, f"{path}, row {number}", {name: values[name][i] for name in selected})
+            yield Row(path, number, {name: values[name][i] for name in selected}, "row")
 
