@@ -3,10 +3,11 @@
 the scheduler that keeps N jobs going as child processes.
 
 The studies built on it: the pre-training curve (`studies.curve`: two sittings, each under
-`hold`), the results study (benchmarks/results.py and results_full.py: jobs run side by side by
-`run_jobs`, recorded in a `RunLog`), the stability study (benchmarks/bench_stability.py: a
-`RunLog`). A study decides what its jobs are and what a record holds; this module decides how
-records are kept, how a job is claimed and how jobs are kept going.
+`hold`), the results study (`studies.sidebyside.results` and `full`: jobs run side by side by
+`run_jobs`, recorded in a `RunLog`), the stability study and the distillation table
+(`studies.sidebyside.stability`, `distill_table`: a `RunLog` each). The committed logs and their
+one schema: docs/records/README.md. A study decides what its jobs are and what a record holds;
+this module decides how records are kept, how a job is claimed and how jobs are kept going.
 """
 
 from __future__ import annotations

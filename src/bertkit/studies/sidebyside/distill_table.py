@@ -1,10 +1,10 @@
-"""docs/reports/distillation.md's full-size table, from the runs of benchmarks/study_distill.sh.
+"""docs/reports/distillation.md's full-size table, from the runs of studies/distill.sh.
 
-    python benchmarks/distill_table.py ../bertkit-studies/distill            # record + print
-    python benchmarks/distill_table.py ../bertkit-studies/distill --write-doc
+    python studies/distill_table.py ../bertkit-studies/distill            # record + print
+    python studies/distill_table.py ../bertkit-studies/distill --write-doc
 
 Each finished `bertkit distill` run (its WORK/TASK/STUDENT-seedS/results.json) is recorded once
-in benchmarks/distill_runs.jsonl (a `RunLog`: the date and machine added), so the table is made
+in docs/records/distill_runs.jsonl (a `RunLog`: the date and machine added), so the table is made
 from committed records, not from a work folder that may be gone; then the table is printed (and
 with --write-doc put between the markers of docs/reports/distillation.md, beside
 docs/reports/distillation.png: score against speed-up).
@@ -16,16 +16,17 @@ import argparse
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from bertkit.errors import BertkitError
 from bertkit.metrics import mean_std
+from bertkit.studies.checkout import Checkout
 from bertkit.studies.report import pyplot, save_figure
 from bertkit.studies.runner import RunLog, machine_name
 
-REPO = Path(__file__).resolve().parents[1]
-STORE = REPO / "benchmarks" / "distill_runs.jsonl"
-DOC = REPO / "docs" / "reports" / "distillation.md"
-PNG = REPO / "docs" / "reports" / "distillation.png"
+# in the checkout's records and reports
+STORE, DOC, PNG = "distill_runs.jsonl", "distillation.md", "distillation.png"
 BEGIN, END = "<!-- distill-table:begin -->", "<!-- distill-table:end -->"
 TASKS = ("mrpc", "stsb", "conll2003", "sst2")
 STUDENTS = ("layers:0,2,4", "layers:0,3", "tiny")
@@ -191,26 +192,26 @@ def plot(records: list[dict], png: Path) -> Path | None:
     return save_figure(fig, plt, png)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("work", type=Path, help="the folder study_distill.sh ran in")
-    p.add_argument("--store", type=Path, default=STORE)
+def main(argv: Sequence[str], checkout: Checkout) -> int:
+    """studies/distill_table.py: the command line `argv`, the records and report in `checkout`."""
+    p = argparse.ArgumentParser(prog="studies/distill_table.py",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("work", type=Path, help="the folder studies/distill.sh ran in")
+    p.add_argument("--store", type=Path, default=checkout.records / STORE)
     p.add_argument("--write-doc", action="store_true", help="into docs/reports/distillation.md")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    doc, png = checkout.reports / DOC, checkout.reports / PNG
     log = RunLog(args.store)
     print(f"{collect(args.work, log)} new run(s) recorded in {args.store}")
     lines = table(log.read())
     print("\n".join(lines))
     if args.write_doc:
-        text = DOC.read_text(encoding="utf-8")
+        text = doc.read_text(encoding="utf-8")
         if BEGIN not in text or END not in text:
-            raise SystemExit(f"{DOC}: no {BEGIN} ... {END} block to replace")
+            raise BertkitError(f"{doc}: no {BEGIN} ... {END} block to replace")
         head, rest = text.split(BEGIN, 1)
-        DOC.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END
+        doc.write_text(head + BEGIN + "\n" + "\n".join(lines) + "\n" + END
                        + rest.split(END, 1)[1], encoding="utf-8")
-        png = plot(log.read(), PNG)
-        print(f"wrote {DOC}" + (f" and {png}" if png else " (no plot: matplotlib is missing)"))
-
-
-if __name__ == "__main__":
-    main()
+        drawn = plot(log.read(), png)
+        print(f"wrote {doc}" + (f" and {drawn}" if drawn else " (no plot: matplotlib is missing)"))
+    return 0

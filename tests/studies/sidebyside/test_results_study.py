@@ -1,17 +1,21 @@
-"""The full-size results study's plan (benchmarks/results_full.py): what runs next, from the
+"""The full-size results study's plan (bertkit.studies.sidebyside.full): what runs next, from the
 store alone, so that a stopped study goes on where it stopped."""
 
 import json
 import sys
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import results_full as study  # benchmarks/ is on pytest's path (pyproject.toml)
 import torch
 
+from bertkit.studies.checkout import Checkout
 from bertkit.studies.runner import RunLog, busy
+from bertkit.studies.sidebyside import full as study
 from tests.helpers import held_elsewhere
+
+CHECKOUT = Checkout(Path(__file__).resolve().parents[3])
 
 
 def run(task, lr, seed, system, score, **extra):
@@ -101,8 +105,8 @@ def test_every_full_row_names_its_metrics_and_a_published_reference(task):
 def test_the_docs_full_table_is_the_stores():
     """docs/reports/results.md shows what the committed store holds (`results.py --report --write-doc`
     after the runs): a store committed without its table, or a hand edit, fails here."""
-    records = RunLog(study.REPO / "benchmarks" / "results_runs.jsonl").read()
-    doc = (study.REPO / "docs" / "reports" / "results.md").read_text(encoding="utf-8")
+    records = RunLog(CHECKOUT.records / "results_runs.jsonl").read()
+    doc = (CHECKOUT.reports / "results.md").read_text(encoding="utf-8")
     shown = doc.split(study.FULL_BEGIN, 1)[1].split(study.FULL_END, 1)[0].strip().splitlines()
     assert shown == study.full_table(records)
 
@@ -113,10 +117,10 @@ class Parts:
     states do), then ends as told (a clean stop, a kill, done)."""
 
     def __init__(self, results, tmp_path, monkeypatch):
-        monkeypatch.setattr(study, "WORK", tmp_path / "study")
         self.results, self.resumes, self.total = results, [], 0.0
         self.job = study.Job("cola", 3e-5, 0, "bertkit")
-        self.args = SimpleNamespace(store=tmp_path / "runs.jsonl", model_dir="unused",
+        self.args = SimpleNamespace(store=tmp_path / "runs.jsonl", work=tmp_path / "study",
+                                    model_dir="unused", data=tmp_path / "data",
                                     side_by_side=2, threads=1)
         self.out = tmp_path / "study" / self.job.name / "run"
         monkeypatch.setattr(results, "run_one", self.run_one)
@@ -146,8 +150,7 @@ class Parts:
 
 def test_a_stopped_run_keeps_its_state_and_a_recorded_one_has_every_parts_time(tmp_path,
                                                                              monkeypatch):
-    import results  # the whole benchmark (torch, bertkit): only these tests need it
-
+    from bertkit.studies.sidebyside import results  # the whole study: only these tests need it
     from bertkit.training.loop import TrainingInterrupted
 
     run = Parts(results, tmp_path, monkeypatch)
@@ -169,10 +172,11 @@ def test_a_stopped_run_keeps_its_state_and_a_recorded_one_has_every_parts_time(t
 
 def test_a_run_that_fails_is_not_started_again_and_the_study_says_so(tmp_path, monkeypatch,
                                                                      capsys):
-    monkeypatch.setattr(study, "WORK", tmp_path / "study")
+    work = tmp_path / "study"
     failing = tmp_path / "fails.py"
     failing.write_text("import sys\nprint('bad data')\nsys.exit(1)\n")
-    failed = study.run_study(["rte"], 2, tmp_path / "runs.jsonl", 1, script=failing, poll=0.05)
+    failed = study.run_study(["rte"], 2, tmp_path / "runs.jsonl", 1, work, script=failing,
+                             poll=0.05)
     sweep = [study.Job("rte", lr, study.SWEEP_SEED, "bertkit") for lr in study.LR_GRID]
     # once each (before, the plan started them again for ever), in the order they ended: two
     # run at once, and under load the second may end first
@@ -185,20 +189,20 @@ def test_a_run_that_fails_is_not_started_again_and_the_study_says_so(tmp_path, m
 
 def test_a_job_another_process_runs_is_neither_run_again_nor_counted_out(tmp_path,
                                                                         monkeypatch, capsys):
-    monkeypatch.setattr(study, "WORK", tmp_path / "study")
+    work = tmp_path / "study"
     failing = tmp_path / "fails.py"
     failing.write_text("import sys\nsys.exit(1)\n")
     first = study.Job("rte", study.LR_GRID[0], study.SWEEP_SEED, "bertkit")
-    with held_elsewhere(study.job_dir(first)):  # as a child of a study stopped earlier would
-        assert busy(study.job_dir(first))
+    with held_elsewhere(study.job_dir(first, work)):  # as a child of a study stopped earlier would
+        assert busy(study.job_dir(first, work))
         failed = []
         runner = threading.Thread(target=lambda: failed.extend(study.run_study(
-            ["rte"], 2, tmp_path / "runs.jsonl", 1, script=failing, poll=0.05)))
+            ["rte"], 2, tmp_path / "runs.jsonl", 1, work, script=failing, poll=0.05)))
         runner.start()
         runner.join(1.0)
         assert runner.is_alive()  # the held job is still to be run: the study waits
     runner.join(10.0)
-    assert not busy(study.job_dir(first))
+    assert not busy(study.job_dir(first, work))
     assert failed[-1] == first and len(failed) == 3  # run once the other process let go
     out = capsys.readouterr().out
     starts = [line.split()[1] for line in out.splitlines() if line.endswith("started")]
@@ -206,58 +210,78 @@ def test_a_job_another_process_runs_is_neither_run_again_nor_counted_out(tmp_pat
 
 
 def test_a_job_another_process_runs_is_not_run_twice(tmp_path, monkeypatch, capsys):
-    import results
+    from bertkit.studies.sidebyside import results
 
     run = Parts(results, tmp_path, monkeypatch)
-    with held_elsewhere(study.job_dir(run.job)):
+    with held_elsewhere(study.job_dir(run.job, run.args.work)):
         run.part()
     assert "is running in another process" in capsys.readouterr().out
     assert run.resumes == [] and not run.args.store.exists()
 
 
 def test_the_status_shows_each_started_run_and_the_step_its_state_is_at(tmp_path, monkeypatch):
-    import results
     import torch
 
-    monkeypatch.setattr(study, "WORK", tmp_path / "study")
+    from bertkit.studies.sidebyside import results
+
+    work = tmp_path / "study"
     store = tmp_path / "runs.jsonl"
     for lr, score in zip(study.LR_GRID, (0.55, 0.58, 0.54)):  # 3e-5 chosen
         RunLog(store).append(run("rte", lr, study.SWEEP_SEED, "bertkit", score))
-    assert results.study_status(["rte"], store) == [
+    assert results.study_status(["rte"], store, work) == [
         "3 runs recorded; 10 can run now (0 started); 0 wait on a sweep"]
     first, reference = (study.Job("rte", 3e-5, 0, system) for system in ("bertkit", "transformers"))
-    out = study.job_dir(first) / "run"
+    out = study.job_dir(first, work) / "run"
     (out / "checkpoints" / "step-50").mkdir(parents=True)
     (out / "checkpoints" / "step-50" / "state.pt").write_text("state")
     (out / "train_config.json").write_text(json.dumps({"max_steps": 234}))
     (out / "metrics.jsonl").write_text('{"step": 50}\n{"step": 60}\n{"st')  # cut by a kill
-    study.job_dir(reference).mkdir(parents=True)
-    torch.save({"step": 78, "run": {"steps": 234}}, study.job_dir(reference) / "reference.pt")
-    with held_elsewhere(study.job_dir(first)):  # its study runs it now
-        lines = results.study_status(["rte"], store)
+    study.job_dir(reference, work).mkdir(parents=True)
+    torch.save({"step": 78, "run": {"steps": 234}}, study.job_dir(reference, work) / "reference.pt")
+    with held_elsewhere(study.job_dir(first, work)):  # its study runs it now
+        lines = results.study_status(["rte"], store, work)
     assert lines == ["3 runs recorded; 10 can run now (2 started); 0 wait on a sweep",
                      f"  {first.name}: running, step 60 of 234, state saved at step 50",
                      f"  {reference.name}: stopped, step 78 of 234, state saved at step 78"]
 
 
 def test_one_run_stopped_says_so_and_how_to_resume_without_a_traceback(monkeypatch, capsys):
-    import results
-
+    from bertkit.studies.sidebyside import results
     from bertkit.training.loop import TrainingInterrupted
 
     def stopped(job, args):
         raise TrainingInterrupted(f"interrupted at step 3; saved {job.name}/step-3")
 
     monkeypatch.setattr(results, "run_full_job", stopped)
-    monkeypatch.setattr(sys, "argv", ["results.py", "--task", "rte", "--lr", "2e-5", "--seed",
-                                      "0", "--system", "bertkit"])
     threads = torch.get_num_threads()
     try:
-        with pytest.raises(SystemExit) as end:
-            results.main()
+        code = results.main(["--task", "rte", "--lr", "2e-5", "--seed", "0", "--system",
+                             "bertkit"], CHECKOUT)
     finally:
         torch.set_num_threads(threads)  # main sets the run's threads: the suite's go back
-    assert end.value.code == 130  # not 0: the run is not recorded
+    assert code == 130  # not 0: the run is not recorded
     out = capsys.readouterr().out
     assert "interrupted at step 3; saved rte-lr2e-05-seed0-bertkit/step-3" in out
     assert "resumes it" in out
+
+
+def test_the_script_names_its_checkout_and_a_bad_report_target_is_one_line(tmp_path,
+                                                                            monkeypatch, capsys):
+    """studies/results.py passes the checkout it sits in: its records and its reports; a report
+    without the table's markers is one line and exit 2, and is left as it was."""
+    from bertkit.studies.checkout import run_script
+    from bertkit.studies.sidebyside import results
+
+    script = tmp_path / "studies" / "results.py"
+    (tmp_path / "docs" / "reports").mkdir(parents=True)
+    doc = tmp_path / "docs" / "reports" / "results.md"
+    doc.write_text("no markers\n")
+    store = tmp_path / "docs" / "records" / "results_runs.jsonl"
+    RunLog(store).append(run("rte", 2e-5, study.SWEEP_SEED, "bertkit", 0.5))
+    monkeypatch.setattr(sys, "argv", [str(script), "--report", "--write-doc"])
+    with pytest.raises(SystemExit) as end:
+        run_script(results.main, str(script))
+    assert end.value.code == 2 and doc.read_text() == "no markers\n"
+    out, err = capsys.readouterr()
+    assert "| rte (accuracy) |" in out  # the checkout's store, not the committed one
+    assert err == f"results.py: error: {doc}: no {study.FULL_BEGIN} ... {study.FULL_END} block to fill\n"

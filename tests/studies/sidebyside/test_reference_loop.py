@@ -1,14 +1,16 @@
-"""The reference loop's own checkpointing (benchmarks/reference_loop.py): a full-size reference
+"""The reference loop's own checkpointing (bertkit.studies.sidebyside.reference): a full-size reference
 run takes hours, so a killed one continues from its last state, to the same model."""
 
 import os
 import signal
+import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
-from reference_loop import Checkpointing, Recipe, fit  # benchmarks/ is on pytest's path
 from torch import nn
+
+from bertkit.studies.sidebyside.reference import Checkpointing, Recipe, fit
 
 X = torch.randn(40, 6, generator=torch.Generator().manual_seed(0))
 Y = (X.sum(1) > 0).long()
@@ -124,3 +126,13 @@ def test_a_resumed_runs_seconds_are_summed_over_its_sittings(tmp_path):
     torch.save(data, state.path)
     assert fit(Tiny(), lambda idx: {"x": X[idx], "labels": Y[idx]}, len(X), RECIPE, 7,
                state) is None
+
+
+def test_without_transformers_a_reference_run_is_one_line(monkeypatch):
+    """`transformers` is the reference, not a dependency of bertkit: its absence is said."""
+    from bertkit.errors import BertkitError
+    from bertkit.studies.sidebyside.reference import train_sequence_classifier
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers: ImportError
+    with pytest.raises(BertkitError, match="the reference loop needs `transformers`"):
+        train_sequence_classifier("unused", None, [], None, RECIPE, 0)

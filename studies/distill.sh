@@ -5,15 +5,15 @@
 # the teacher from the same initial weights (--baseline): teacher layers 0,2,4 and 0,3 at the
 # teacher's lr, `tiny` from random initialization at 5e-4 (a from-scratch rate; not tuned).
 #
-#   bash benchmarks/study_distill.sh WORK [TASK...]     (default: mrpc stsb conll2003 sst2)
-#   HIDDEN=1 bash benchmarks/study_distill.sh WORK mrpc  (also layers:0,2,4 and tiny with
+#   bash studies/distill.sh WORK [TASK...]     (default: mrpc stsb conll2003 sst2)
+#   HIDDEN=1 bash studies/distill.sh WORK mrpc  (also layers:0,2,4 and tiny with
 #                                                         --hidden-weight 1: TinyBERT's transfer)
-#   PRETRAINED=DIR bash benchmarks/study_distill.sh WORK stsb   (also a student from our own
+#   PRETRAINED=DIR bash studies/distill.sh WORK stsb   (also a student from our own
 #       pre-training, DIR a point of the pre-training curve, at its fine-tuning rate 1e-3:
 #       e.g. ../bertkit-studies/pretrain-curve-bf16/points/2h+cool)
 #
-#   SEEDS="1 2" bash benchmarks/study_distill.sh WORK sst2   (only these student seeds)
-#   PRECISION=bf16 bash benchmarks/study_distill.sh WORK conll2003   (teacher and students
+#   SEEDS="1 2" bash studies/distill.sh WORK sst2   (only these student seeds)
+#   PRECISION=bf16 bash studies/distill.sh WORK conll2003   (teacher and students
 #       trained in bf16: 2-2.4x faster on a CPU with AMX; give it its own WORK; the table keeps
 #       its rows apart from the fp32 ones)
 #
@@ -25,9 +25,9 @@
 # Resumable: a finished run (its metrics.json / results.json) is skipped, a killed one goes on
 # from its last state (--resume auto). One thread a run, fp32 unless PRECISION says otherwise
 # (auto would pick bf16 on some CPUs and not on others). The speed is timed in fp32 either way.
-# Summarise with: python benchmarks/distill_table.py WORK
+# Summarise with: python studies/distill_table.py WORK
 set -euo pipefail
-work=${1:?usage: study_distill.sh WORK [TASK...]}
+work=${1:?usage: studies/distill.sh WORK [TASK...]}
 shift
 tasks=("$@")
 [ ${#tasks[@]} -gt 0 ] || tasks=(mrpc stsb conll2003 sst2)
@@ -50,7 +50,7 @@ flock "$work_lock"
   || echo fp32 > "$work/precision"  # (a WORK begun before this file: fp32, the only one then)
 exec {work_lock}>&-
 if [ "$(cat "$work/precision")" != "$precision" ]; then
-  echo "study_distill.sh: $work holds $(cat "$work/precision") runs; PRECISION=$precision needs a WORK of its own" >&2
+  echo "distill.sh: $work holds $(cat "$work/precision") runs; PRECISION=$precision needs a WORK of its own" >&2
   exit 2
 fi
 
@@ -60,7 +60,7 @@ for task in "${tasks[@]}"; do
     stsb) folder=glue/STS-B lr=5e-5 ;;
     conll2003) folder=conll2003 lr=5e-5 ;;
     sst2) folder=glue/SST-2 lr=3e-5 ;;
-    *) echo "study_distill.sh: unknown task $task (mrpc, stsb, conll2003, sst2)" >&2; exit 2 ;;
+    *) echo "distill.sh: unknown task $task (mrpc, stsb, conll2003, sst2)" >&2; exit 2 ;;
   esac
   teacher=$work/$task/teacher
   mkdir -p "$work/$task"
@@ -102,4 +102,4 @@ for task in "${tasks[@]}"; do
     done
   done
 done
-echo "$(date -u +%H:%M) study_distill: complete"
+echo "$(date -u +%H:%M) distill.sh: complete"

@@ -9,9 +9,10 @@ The plan, per task:
    (3 where a run takes minutes, 1 where it takes hours: the row says so). A task whose 3-seed
    gap fell outside the reference's spread gets more seeds for both systems (`seeds`).
 
-Every finished run is one line of the store (results.py's), so a stopped study goes on where it
-stopped; a run killed midway, bertkit's or the reference's, also resumes from its last saved
-state (every epoch, or `save_every` steps; kept under benchmarks/.study/ until the run is
+Every finished run is one line of the store (`results.py`'s: docs/records/results_runs.jsonl from
+studies/results.py), so a stopped study goes on where it stopped; a run killed midway, bertkit's
+or the reference's, also resumes from its last saved state (every epoch, or `save_every` steps;
+kept in the study's work folder, studies/.study/ from studies/results.py, until the run is
 recorded; SIGTERM or Ctrl-C to the process group makes each run save at the end of its step
 first). `run_study` keeps `workers` runs going side by side, one thread each, picking the first
 runnable job of the plan whenever one ends; the plan is re-read from the store each time, so it
@@ -26,8 +27,6 @@ from pathlib import Path
 
 from bertkit.studies.runner import RunLog, machine_name, run_jobs
 
-REPO = Path(__file__).resolve().parents[1]
-WORK = REPO / "benchmarks" / ".study"  # both systems' resumable states until recorded (git-ignored)
 LR_GRID = (2e-5, 3e-5, 5e-5)
 SWEEP_SEED = 100
 SEEDS = 3
@@ -136,30 +135,29 @@ def plan(records: list[dict], tasks: list[str]) -> tuple[list[Job], int]:
     return ready, waiting
 
 
-def job_dir(job: Job) -> Path:
-    """The run's resumable state until the run is recorded; the folder `runner.hold` locks
-    while a process runs the job (its log sits beside it)."""
-    return WORK / job.name
+def job_dir(job: Job, work: Path) -> Path:
+    """The run's resumable state in the study's `work` folder until the run is recorded; the
+    folder `runner.hold` locks while a process runs the job (its log sits beside it)."""
+    return work / job.name
 
 
-def job_log(job: Job) -> Path:
+def job_log(job: Job, work: Path) -> Path:
     """The run's log, kept after the run: it says how the run went."""
-    return WORK / f"{job.name}.log"
+    return work / f"{job.name}.log"
 
 
-def run_study(tasks: list[str], workers: int, store: Path, threads: int,
-              script: Path | None = None, poll: float = 5.0) -> list[Job]:
-    """Keep `workers` runs going (each a child `results.py` process, one thread) until the plan
-    is empty (`runner.run_jobs`); returns the runs that failed."""
-    script = script or Path(__file__).with_name("results.py")
+def run_study(tasks: list[str], workers: int, store: Path, threads: int, work: Path,
+              script: Path, poll: float = 5.0) -> list[Job]:
+    """Keep `workers` runs going (each a child process of `script`, the study's entry point,
+    one thread) until the plan is empty (`runner.run_jobs`); returns the runs that failed."""
 
     def command(job: Job) -> list[str]:
         return [sys.executable, str(script), *job.argv(), "--threads", str(threads),
-                "--side-by-side", str(workers), "--store", str(store)]
+                "--side-by-side", str(workers), "--store", str(store), "--work", str(work)]
 
     return run_jobs(lambda: plan(RunLog(store).read(), tasks), command, workers=workers,
-                    folder=job_dir, log_file=job_log, env={"OMP_NUM_THREADS": str(threads)},
-                    cwd=REPO, poll=poll)
+                    folder=lambda job: job_dir(job, work), log_file=lambda job: job_log(job, work),
+                    env={"OMP_NUM_THREADS": str(threads)}, poll=poll)
 
 
 def record(job: Job, metrics: dict, timing: dict, side_by_side: int, threads: int) -> dict:
@@ -246,7 +244,7 @@ def full_table(records: list[dict]) -> list[str]:
                 for s in ("bertkit", "transformers")}
         sized = [r["train_examples"] for r in records if r["task"] == task]
         scale = spec.get("scale", 100)
-        command = f"`python benchmarks/results.py --study --task {task}`"
+        command = f"`python studies/results.py --study --task {task}`"
         # the sweep chooses by the first metric; a second metric's row would show the same
         # numbers as if they were its own (MRPC's accuracy row, F1 values), so it points up
         sweep, first = _sweep(task, records), spec["metrics"][0]

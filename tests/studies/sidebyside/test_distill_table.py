@@ -1,11 +1,12 @@
-"""The distillation table (benchmarks/distill_table.py): runs recorded once, the table's cells."""
+"""The distillation table (bertkit.studies.sidebyside.distill_table): runs recorded once, the
+table's cells."""
 
 import json
 
-import distill_table  # benchmarks/ is on pytest's path (pyproject.toml)
 import pytest
 
 from bertkit.studies.runner import RunLog
+from bertkit.studies.sidebyside import distill_table
 
 
 def results(seed, student_dev, baseline_dev, student="layers:0,3"):
@@ -69,7 +70,7 @@ def test_the_plot_is_a_png_and_nothing_without_runs(tmp_path):
 
 
 def test_a_bf16_run_is_its_own_group_with_its_own_teacher(tmp_path):
-    """A task's bf16 runs (PRECISION=bf16 study_distill.sh) never share a row, a teacher or a
+    """A task's bf16 runs (PRECISION=bf16 studies/distill.sh) never share a row, a teacher or a
     key with its fp32 runs; a record written before the field counts as fp32; the machines line
     names the groups each machine ran."""
     log = RunLog(tmp_path / "runs.jsonl")

@@ -1,4 +1,4 @@
-"""benchmarks/study_distill.sh's workers: started together on one WORK, they train the teacher
+"""studies/distill.sh's workers: started together on one WORK, they train the teacher
 once and share the runs, each run done by one of them (bertkit replaced by a stub that records
 its calls)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "study_distill.sh"
+SCRIPT = Path(__file__).parents[3] / "studies" / "distill.sh"
 
 # A stand-in for bertkit: records "COMMAND OUTPUT" and, after a moment's work, leaves the file
 # that marks the run finished (a teacher's metrics.json, a student's results.json).

