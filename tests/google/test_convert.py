@@ -332,3 +332,21 @@ def test_cli_end_to_end(tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)
     assert (info["layers"], info["hidden"], info["labels"]) == (2, 16, {"0": "LABEL_0", "1": "LABEL_1",
                                                                         "2": "LABEL_2"})
+
+
+def test_classifier_label_names(tmp_path, capsys):
+    common = ["--config", str(RELEASE / "bert_config.json"), "--vocab", str(RELEASE / "vocab.txt")]
+    out = tmp_path / "mnli"
+    assert main(["convert", "google", str(FIXTURES / "run_classifier"), "--output", str(out),
+                 "--labels", "contradiction,entailment,neutral", *common]) == 0
+    assert BertForSequenceClassification.from_pretrained(out).config.id2label == {
+        0: "contradiction", 1: "entailment", 2: "neutral"}
+    capsys.readouterr()
+    assert main(["convert", "google", str(FIXTURES / "run_classifier"), "--output",
+                 str(tmp_path / "two"), "--labels", "yes,no", *common]) == 1
+    assert "--labels names 2 labels but the classifier (output_weights) has 3 outputs" in \
+        capsys.readouterr().err
+    assert main(["convert", "google", str(RELEASE), "--output", str(tmp_path / "pre"),
+                 "--labels", "yes,no"]) == 1
+    assert "no classifier (it converts to BertForPreTraining)" in capsys.readouterr().err
+    assert not (tmp_path / "two").exists() and not (tmp_path / "pre").exists()

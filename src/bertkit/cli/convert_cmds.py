@@ -39,6 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "a run folder has none: give the release's the run started from)")
     g.add_argument("--vocab", type=Path, metavar="FILE",
                    help="the model's vocab.txt (default: the one beside the checkpoint)")
+    g.add_argument("--labels", metavar="A,B,...",
+                   help="a run_classifier.py checkpoint's label names, in the order its "
+                   "processor's get_labels() lists them (default: LABEL_0, LABEL_1, ...)")
     g.add_argument("--overwrite", action="store_true",
                    help="replace an earlier conversion in --output")
     g.set_defaults(func=run_google)
@@ -48,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_google(args: argparse.Namespace) -> int:
     cfg = GoogleConversion(source=args.source, output=args.output, lowercase=args.lowercase,
                            config_file=args.config, vocab_file=args.vocab,
+                           labels=tuple(args.labels.split(",")) if args.labels else None,
                            overwrite=args.overwrite)
     for line in summary(convert_google(cfg)):
         print(line)

@@ -64,6 +64,7 @@ class GoogleConversion:
     lowercase: bool | None = None  # None: from the folder's name, checked against the vocabulary
     config_file: Path | None = None  # default: bert_config.json beside the checkpoint
     vocab_file: Path | None = None  # default: vocab.txt beside the checkpoint
+    labels: tuple[str, ...] | None = None  # a classifier's label names, in its output order
     overwrite: bool = False
 
 
@@ -194,16 +195,20 @@ def decide_lowercase(given: bool | None, names: list[str], vocab: Mapping[str, i
 
 # --- which model, and does every tensor fit it ---------------------------------------------------
 
-def choose_model(names: set[str], config: BertConfig, entries: Mapping[str, TensorEntry]
-                 ) -> tuple[type[torch.nn.Module], BertConfig]:
-    """The model class the checkpoint's heads make (and its config, with the label count of a
-    classifier)."""
+def choose_model(names: set[str], config: BertConfig, entries: Mapping[str, TensorEntry],
+                 labels: tuple[str, ...] | None = None) -> tuple[type[torch.nn.Module], BertConfig]:
+    """The model class the checkpoint's heads make (and its config, with a classifier's labels:
+    `labels`, else HF's LABEL_0 ... in the order of the weights' rows)."""
     if "cls/squad/output_weights" in names:
         return BertForQuestionAnswering, config
     if "output_weights" in names:
-        labels = entries["output_weights"].shape[0]
-        return BertForSequenceClassification, config.replace(
-            id2label={i: f"LABEL_{i}" for i in range(labels)}, label2id=None)
+        rows = entries["output_weights"].shape[0]
+        if labels is not None and len(labels) != rows:
+            raise BertkitError(f"--labels names {len(labels)} labels but the classifier "
+                               f"(output_weights) has {rows} outputs")
+        label_names = labels or tuple(f"LABEL_{i}" for i in range(rows))
+        return BertForSequenceClassification, config.replace(id2label=dict(enumerate(label_names)),
+                                                             label2id=None)
     if any(n.startswith("cls/predictions/") for n in names):
         if any(n.startswith("cls/seq_relationship/") for n in names):
             return BertForPreTraining, config
@@ -219,7 +224,8 @@ def expected_shapes(model_class: type[torch.nn.Module], config: BertConfig) -> d
     return {k: tuple(v.shape) for k, v in to_hf_state_dict(model.state_dict()).items()}
 
 
-def plan_tensors(bundle: Bundle, config: BertConfig, config_path: Path
+def plan_tensors(bundle: Bundle, config: BertConfig, config_path: Path,
+                 labels: tuple[str, ...] | None = None
                  ) -> tuple[type[torch.nn.Module], BertConfig, dict[str, tuple[str, bool]],
                             dict[str, list[str]]]:
     """(model class, its config, HF name -> (Google name, transpose), what is left out and why).
@@ -233,7 +239,10 @@ def plan_tensors(bundle: Bundle, config: BertConfig, config_path: Path
             left_out.setdefault(kind, []).append(name)
         else:
             weights[name] = entry
-    model_class, config = choose_model(set(weights), config, weights)
+    model_class, config = choose_model(set(weights), config, weights, labels)
+    if labels is not None and model_class is not BertForSequenceClassification:
+        raise BertkitError(f"{bundle.prefix}: --labels given but the checkpoint has no "
+                           f"classifier (it converts to {model_class.__name__})")
     shapes = expected_shapes(model_class, config)
     plan: dict[str, tuple[str, bool]] = {}
     for name, entry in sorted(weights.items()):
@@ -311,11 +320,11 @@ def convert_google(cfg: GoogleConversion) -> ConversionResult:
                               model_max_length=config.max_position_embeddings)
     check_vocab(config, tokenizer, vocab_path.parent)
     settings = {"checkpoint": str(prefix), "config": str(config_path), "vocab": str(vocab_path),
-                "lowercase": lowercase}
+                "lowercase": lowercase, "labels": cfg.labels}
     inputs = [folder, config_path.parent, vocab_path.parent]
     check_output(cfg, settings, inputs)
     with Bundle(prefix) as bundle:
-        model_class, config, plan, left_out = plan_tensors(bundle, config, config_path)
+        model_class, config, plan, left_out = plan_tensors(bundle, config, config_path, cfg.labels)
         state = read_tensors(bundle, plan)
     # everything is read and checked: only now is the output folder claimed and written
     claim_output_dir(cfg.output, MARKER, settings, inputs=inputs, overwrite=cfg.overwrite)
