@@ -184,7 +184,8 @@ def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: st
 def save_weights(model: torch.nn.Module, model_dir: str | os.PathLike) -> None:
     state = to_hf_state_dict(model.state_dict())
     state = {k: v.detach().contiguous().cpu() for k, v in state.items()}
-    with atomic_path(Path(model_dir) / WEIGHTS_NAME) as tmp:
+    needed = sum(v.numel() * v.element_size() for v in state.values())
+    with atomic_path(Path(model_dir) / WEIGHTS_NAME, needed=needed) as tmp:
         save_file(state, str(tmp), metadata={"format": "pt"})
 
 

@@ -68,7 +68,7 @@ def test_a_write_that_fails_leaves_no_step_folder_and_the_last_state_whole(tmp_p
         raise OSError("No space left on device")
 
     monkeypatch.setattr(state_mod.torch, "save", disk_full)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(BertkitError, match="step-2/state.pt: no space left on the device"):
         save_training_state(tmp_path, 2, {"step": 2}, keep=2)
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-1"]
     assert load_training_state(latest_checkpoint(tmp_path))["step"] == 1

@@ -41,7 +41,7 @@ from bertkit.data.prepare import (
     PrepareConfig,
     ShardWriter,
     complete,
-    open_output,
+    output_folder,
     preparation,
     run_chunks,
 )
@@ -85,8 +85,13 @@ def prepare_part(paths: Sequence[str | os.PathLike], tokenizer, part_dir: str | 
     if not 0 <= part < parts:
         raise BertkitError(f"part {part} of {parts} does not exist")
     fresh = PartMeta.fresh(preparation(paths, tokenizer, config), part=part, parts=parts)
-    meta = open_output(out, fresh, resume, overwrite)
-    out.mkdir(parents=True, exist_ok=True)
+    with output_folder(out, fresh, resume, overwrite) as meta:
+        return _prepare_part(paths, tokenizer, out, config, meta, workers, progress)
+
+
+def _prepare_part(paths: Sequence[str | os.PathLike], tokenizer, out: Path, config: PrepareConfig,
+                  meta: PartMeta, workers: int, progress: bool) -> PartMeta:
+    part, parts = meta.part, meta.parts
     if meta.complete:
         logger.info("%s: part %d/%d already complete", out, part, parts)
         return meta
@@ -166,10 +171,14 @@ def merge_parts(part_dirs: Sequence[str | os.PathLike], output_dir: str | os.Pat
     if any(out.resolve() == Path(d).resolve() for d in part_dirs):
         raise BertkitError(f"{out}: is one of the parts; merge into a new folder")
     parts = check_parts(part_dirs)
+    with output_folder(out, ShardMeta.fresh(parts[0][1].preparation()), resume=False,
+                       overwrite=overwrite) as meta:
+        return _merge(parts, out, meta, progress)
+
+
+def _merge(parts: list[tuple[Path, PartMeta]], out: Path, meta: ShardMeta,
+           progress: bool) -> ShardMeta:
     first = parts[0][1]
-    meta = open_output(out, ShardMeta.fresh(first.preparation()), resume=False,
-                       overwrite=overwrite)
-    out.mkdir(parents=True, exist_ok=True)
     writer = ShardWriter(out, meta, int(first.params["shard_size"]))
     t0 = time.perf_counter()
     for index in progress_bar(range(first.num_chunks), desc="merge", unit=" chunks",

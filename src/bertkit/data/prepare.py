@@ -11,6 +11,7 @@ re-does the partial shard.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import multiprocessing
@@ -40,7 +41,7 @@ from bertkit.data.meta import (
 from bertkit.data.sentences import splitter_name
 from bertkit.data.shards import PackedInstances
 from bertkit.errors import BertkitError
-from bertkit.io import progress_bar
+from bertkit.io import LOCK_FILE, check_unlocked, lock_output_dir, progress_bar, release_output_dir
 
 logger = logging.getLogger(__name__)
 
@@ -200,9 +201,31 @@ def preparation(paths: Sequence[str | os.PathLike], tokenizer,
     )
 
 
-def open_output(out: Path, fresh: AnyMeta, resume: bool, overwrite: bool) -> AnyMeta:
+@contextlib.contextmanager
+def output_folder(out: Path, fresh: AnyMeta, resume: bool, overwrite: bool) -> Iterator[AnyMeta]:
+    """Claim `out` for the block (`open_output` under the folder's lock, `io.lock_output_dir`):
+    a second run into the same folder, with or without --overwrite, is refused in one line
+    naming the process that writes it, instead of interleaving its shards with this run's.
+    The lock is given up when the block ends; a folder this run made and left empty is removed."""
+    made = not out.exists()
+    open_output(out, fresh, resume, overwrite, look_only=True)  # refused before anything exists
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        lock_output_dir(out)
+        # again under the lock: another run may have written the folder since the first look
+        yield open_output(out, fresh, resume, overwrite)
+    finally:
+        release_output_dir(out)
+        if made:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only when empty
+
+
+def open_output(out: Path, fresh: AnyMeta, resume: bool, overwrite: bool,
+                look_only: bool = False) -> AnyMeta:
     """The meta to continue from: the existing one of `out` (--resume) or `fresh`; removes
-    partial pieces (a temporary directory, or a piece renamed into place but not yet recorded).
+    partial pieces (a temporary directory, or a piece renamed into place but not yet recorded),
+    unless `look_only` (the checks alone). Called under the folder's lock (`output_folder`).
 
     One rule for a prepared folder (`fresh` a ShardMeta) and a part (a PartMeta): the output is
     a new or empty folder, or one this command wrote (its meta.json, which --resume continues
@@ -213,13 +236,16 @@ def open_output(out: Path, fresh: AnyMeta, resume: bool, overwrite: bool) -> Any
     kind = type(fresh)
     if out.exists() and not out.is_dir():
         raise BertkitError(f"{out}: exists and is not a folder; choose a new --output folder")
-    entries = list(out.iterdir()) if out.is_dir() else []
+    check_unlocked(out)
+    entries = [e for e in out.iterdir() if e.name != LOCK_FILE] if out.is_dir() else []
     ours = [e for e in entries if e.name == META_NAME or e.name.startswith(
         (kind.PIECE_PREFIX, "." + kind.PIECE_PREFIX, f".{META_NAME}."))]
     has_meta = (out / META_NAME).exists()
     if len(ours) != len(entries) and not (has_meta and kind.OTHER_FILES_BESIDE_META):
         raise BertkitError(f"{out}: exists and holds other files; choose an empty --output")
     meta = _meta_to_continue(out, fresh, resume, overwrite) if has_meta else fresh
+    if look_only:
+        return meta
     keep = meta.piece_names() | {META_NAME} if meta is not fresh else set()
     for entry in ours:
         if entry.name not in keep:
@@ -258,8 +284,13 @@ def prepare(
     out = Path(output_dir)
     if workers < 1:
         raise BertkitError(f"--workers must be at least 1, got {workers}")
-    meta = open_output(out, ShardMeta.fresh(preparation(paths, tokenizer, config)), resume,
-                       overwrite)
+    fresh = ShardMeta.fresh(preparation(paths, tokenizer, config))
+    with output_folder(out, fresh, resume, overwrite) as meta:
+        return _prepare(paths, tokenizer, out, config, meta, workers, progress)
+
+
+def _prepare(paths: Sequence[str | os.PathLike], tokenizer, out: Path, config: PrepareConfig,
+             meta: ShardMeta, workers: int, progress: bool) -> ShardMeta:
     if meta.complete:
         logger.info("%s: already complete (%d instances)", out, meta.num_instances)
         return meta

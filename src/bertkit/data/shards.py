@@ -38,6 +38,7 @@ import torch.utils.data
 
 from bertkit.data.meta import ShardEntry, ShardMeta, check_vocabulary, join_metas, read_meta
 from bertkit.errors import BertkitError
+from bertkit.io import writing
 
 ARRAY_NAMES = (
     "input_ids",
@@ -104,22 +105,25 @@ class PackedInstances:
 
 
 def write_shard(directory: Path, packed: PackedInstances) -> None:
-    """Write one shard directory atomically: fill a temporary sibling, then rename it into place."""
+    """Write one shard directory atomically: fill a temporary sibling, then rename it into place
+    (a full disk is one error naming the shard, `io.writing`, and leaves no temporary)."""
     directory = Path(directory)
     tmp = directory.with_name(f".{directory.name}.tmp")
-    remove_tree(tmp)
-    tmp.mkdir(parents=True)
-    try:
-        for name in ARRAY_NAMES:
-            with open(tmp / f"{name}.npy", "wb") as f:
-                np.save(f, getattr(packed, name), allow_pickle=False)
-                f.flush()
-                os.fsync(f.fileno())
-        remove_tree(directory)
-        os.replace(tmp, directory)
-    except BaseException:
+    needed = sum(getattr(packed, name).nbytes for name in ARRAY_NAMES)
+    with writing(directory, needed):
         remove_tree(tmp)
-        raise
+        tmp.mkdir(parents=True)
+        try:
+            for name in ARRAY_NAMES:
+                with open(tmp / f"{name}.npy", "wb") as f:
+                    np.save(f, getattr(packed, name), allow_pickle=False)
+                    f.flush()
+                    os.fsync(f.fileno())
+            remove_tree(directory)
+            os.replace(tmp, directory)
+        except BaseException:
+            remove_tree(tmp)
+            raise
 
 
 def remove_tree(path: Path) -> None:

@@ -6,7 +6,9 @@ CPU and CUDA) and the data position, so a resumed run continues as if never stop
 
 Atomicity: the state is written into a hidden temporary directory that is renamed to `step-N`
 only once complete; a kill mid-write leaves at most a `.step-N.*.tmp` directory that is ignored
-and cleaned up by the next save. Loading uses `torch.load(weights_only=True)`: no pickled code.
+and cleaned up by the next save; a full disk is one error naming the file and the space left
+(`bertkit.io.writing`), the temporary directory removed. Loading uses
+`torch.load(weights_only=True)`: no pickled code.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 import torch
 
 from bertkit.errors import BertkitError
+from bertkit.io import writing
 
 log = logging.getLogger(__name__)
 
@@ -155,21 +158,33 @@ def save_training_state(output_dir: str | os.PathLike, step: int, state: dict[st
     for stale in root.glob(".step-*.tmp"):
         shutil.rmtree(stale, ignore_errors=True)
     final = checkpoint_path(output_dir, step)
-    tmp = Path(tempfile.mkdtemp(prefix=f".step-{step}.", suffix=".tmp", dir=root))
-    try:
-        torch.save(state, tmp / STATE_FILE)
-        info = {"step": step, **(summary or {})}
-        (tmp / "summary.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with writing(final / STATE_FILE, needed=tensor_bytes(state)):
+        tmp = Path(tempfile.mkdtemp(prefix=f".step-{step}.", suffix=".tmp", dir=root))
+        try:
+            torch.save(state, tmp / STATE_FILE)
+            info = {"step": step, **(summary or {})}
+            (tmp / "summary.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     if keep > 0:
         for _, old in list_checkpoints(output_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensors in a nested state (what its file needs, give or take its index)."""
+    if torch.is_tensor(obj):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
 
 
 def load_training_state(path: str | os.PathLike) -> dict[str, Any]:
