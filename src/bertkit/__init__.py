@@ -53,7 +53,7 @@ def __getattr__(name: str):
     return value
 
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one definition: pyproject.toml reads it, `bertkit --version` prints it
 
 __all__ = [
     "BertConfig",
