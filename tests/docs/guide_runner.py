@@ -43,7 +43,7 @@ from tests.helpers import head_lines
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 300
-ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=\S")
+ASSIGNMENT = re.compile(r"[A-Za-z_]\w*=(\$\(.*\)|\S*)")  # NAME=$(...) or NAME=WORD alone
 HEREDOC = re.compile(r"<<-?\s*'?\"?(\w+)'?\"?")
 SERVE = re.compile(r"^bertkit serve\b")
 PORT = 8080
@@ -97,6 +97,9 @@ def small_data(shared: Path, root: Path) -> Path:
         (data / "books").mkdir(parents=True, exist_ok=True)
         raw = (shared / "books" / book).read_bytes()[:40_000]
         (data / "books" / book).write_bytes(raw)
+    (data / "wikitext-2").mkdir()
+    raw = (shared / "wikitext-2" / "wiki.test.raw").read_bytes()[:40_000]
+    (data / "wikitext-2" / "wiki.test.raw").write_bytes(raw)
     for task, rows in (("SST-2", 48), ("MRPC", 40), ("RTE", 40)):
         for split in ("train", "dev"):
             head_lines(shared / "glue" / task / f"{split}.tsv", data / "glue" / task / f"{split}.tsv",
@@ -130,7 +133,7 @@ class Session:
             command = re.sub(rf"(localhost|127\.0\.0\.1):{PORT}\b", rf"\1:{self.port}", command)
         if SERVE.match(command):
             self.start_server(command)
-        elif ASSIGNMENT.match(command) and " " not in command.split("=", 1)[0]:
+        elif ASSIGNMENT.fullmatch(command):
             name = command.split("=", 1)[0]
             self.env[name] = self.bash(f"{command} && printf %s \"${name}\"", shown).strip()
         elif command.startswith("bertkit ") and not SHELL_ONLY.search(command):

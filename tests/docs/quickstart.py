@@ -66,10 +66,10 @@ def run_part(part: str, shared_data: Path, minilm_path: Path, tmp_path: Path) ->
     fresh clone-like folder under tmp_path; checks what the part must leave there."""
     commands = page_commands(PAGE)
     assert commands[0].startswith("M=$(") and len(commands) > 20
-    rest = [c for c in commands if not ASSIGNMENT.match(c)]
+    rest = [c for c in commands if not ASSIGNMENT.fullmatch(c)]
     assert {part_of(c) for c in rest} == set(PARTS)  # neither part is empty
     session = new_session(shared_data, tmp_path)
-    run_commands(session, [c for c in commands if ASSIGNMENT.match(c) or part_of(c) == part],
+    run_commands(session, [c for c in commands if ASSIGNMENT.fullmatch(c) or part_of(c) == part],
                  SCALED)
     assert Path(session.env["M"]) == minilm_path
     for made in MADE[part]:
