@@ -24,7 +24,7 @@ setup: $(STAMP)
 # ruff, then the import contracts (pyproject's tool.importlinter): the library never imports
 # the applications built on it, and no two modules import each other
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks studies gpu_check
 	$(BIN)/lint-imports
 
 # Two workers (pytest-xdist), a test file each at a time: the training tests run on one thread,

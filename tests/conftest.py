@@ -26,7 +26,7 @@ torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
 # guide is two files (its two parts) so that the two workers start with one each.
 LONGEST_FIRST = ("tests/docs/test_quickstart.py",
                  "tests/docs/test_quickstart_standalone.py", "tests/data/test_shards.py",
-                 "tests/benchmarks/test_gpu_check.py", "tests/robustness/test_bad_input.py",
+                 "tests/gpu_check/test_gpu_check.py", "tests/robustness/test_bad_input.py",
                  "tests/training/test_distributed.py")
 
 

@@ -1,4 +1,4 @@
-"""The GPU's own checks: run on a machine with CUDA (benchmarks/gpu_check.sh runs them), skipped
+"""The GPU's own checks: run on a machine with CUDA (gpu_check/gpu_check.sh runs them), skipped
 elsewhere. The CPU suite already takes the GPU's branches (BERTKIT_DEVICE_GENERIC); these check
 what only a GPU can: the same numbers on the device, no host sync inside a step (CUDA's sync
 debug mode raises on one), autocast bf16 training, and the CUDA random state in resume."""
@@ -17,7 +17,7 @@ from bertkit.training import loop as loop_module
 pytestmark = [
     pytest.mark.cuda,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run "
-                       "benchmarks/gpu_check.sh on a GPU machine)"),
+                       "gpu_check/gpu_check.sh on a GPU machine)"),
 ]
 VOCAB, T, P = 64, 12, 3
 

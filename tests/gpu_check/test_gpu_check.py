@@ -1,10 +1,11 @@
-"""The GPU check's dry run (benchmarks/gpu_check.sh --dry-run): every part at toy size on the
+"""The GPU check's dry run (gpu_check/gpu_check.sh --dry-run): every part at toy size on the
 CPU, offline, as the GPU machine would run it (its interpreter from $PYTHON, bertkit from the
 working tree, no index), so the script is known to work the day a GPU comes. One run, then
 each part's figures and verdicts are checked in the report and the JSON."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -19,6 +20,14 @@ PARTS = ("a_tests", "b_bench", "c_pays", "d_ddp")
 DATA_REASON = "parts (c) and (d) read ../shared/data (books, SST-2), absent here"
 
 
+def check_module():
+    """gpu_check/check.py, loaded from its file (a script of the checkout, not a package)."""
+    spec = importlib.util.spec_from_file_location("gpu_check_check", REPO / "gpu_check" / "check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def has_data() -> bool:
     data = REPO.parent / "shared" / "data"
     return (data / "books").is_dir() and (data / "glue" / "SST-2" / "train.tsv").is_file()
@@ -30,7 +39,7 @@ def dry_run(tmp_path_factory):
     env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1",
            "TMPDIR": str(tmp_path_factory.mktemp("work"))}
     env.pop("PYTHONPATH", None)  # bertkit must come from the script's own PYTHONPATH=src
-    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--dry-run", str(out)], cwd=REPO,
+    proc = subprocess.run(["bash", "gpu_check/gpu_check.sh", "--dry-run", str(out)], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=420)
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     report = (out / "report.md").read_text(encoding="utf-8")
@@ -56,17 +65,30 @@ def test_the_dry_run_passes_and_leaves_three_files(dry_run):
     assert report.count("\n## ") == 5  # env + the four parts
 
 
-def test_every_import_of_the_check_is_on_the_gpu_machine(dry_run):
-    """What bertkit, the benchmark scripts and the tests import at module level is on the
-    machine's package list; what it lacks is imported lazily, with a fallback or a skip."""
-    from gpu_check import OPTIONAL  # benchmarks/ is on pytest's path (pyproject.toml)
-
+def test_the_env_step_reads_the_machine_it_runs_on(dry_run):
+    """What bertkit, the benchmark, the check and the tests import at module level is installed
+    here, each with its distributions' versions as this machine has them; what it lacks is
+    imported lazily, with a fallback or a skip."""
     env = dry_run[1]["env"]
-    assert env["not_on_machine_list"] == []
+    assert env["missing"] == [] and env["failed_imports"] == []
     module_level = {n for n, i in env["imports"].items() if i["kind"] == "module"}
     assert {"torch", "transformers", "pytest", "numpy"} <= module_level
-    assert {x.split()[0] for x in env["lazy_not_on_machine"]} <= set(OPTIONAL)
+    assert env["imports"]["torch"]["distributions"] == {"torch": torch.__version__}
+    assert set(env["lazy_missing"]) <= set(check_module().OPTIONAL)
+    assert env["gpus"] == torch.cuda.device_count() and env["torch"] == torch.__version__
     assert env["torch_at_least_2_11"] is True
+
+
+def test_a_module_level_import_the_machine_lacks_fails_the_env_step():
+    check = check_module()
+    record = check.dependency_check({"numpy": "module", "bertkit_no_such_package": "module",
+                                     "bertkit_no_such_option": "lazy", "json": "module"})
+    assert record["missing"] == ["bertkit_no_such_package"]
+    assert record["lazy_missing"] == ["bertkit_no_such_option"]
+    assert record["imports"]["numpy"]["installed"] and "json" not in record["imports"]
+    verdict = check.env_verdict({**record, "failed_imports": []})
+    assert verdict["status"] == "failed" and "bertkit_no_such_package" in verdict["reason"]
+    assert check.env_verdict({"missing": [], "failed_imports": []}) == {"status": "ok"}
 
 
 def test_tests_part_counts_each_test(dry_run):
@@ -122,7 +144,7 @@ def test_ddp_part_compares_one_and_two_processes(dry_run):
 
 def test_a_folder_it_did_not_write_is_refused(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
-    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--dry-run", str(tmp_path)],
+    proc = subprocess.run(["bash", "gpu_check/gpu_check.sh", "--dry-run", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "not empty" in proc.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]

@@ -1,33 +1,35 @@
 #!/usr/bin/env bash
-# The GPU check: what a lent GPU machine (one H100/H200, 15 minutes of device time in all, no
-# package registry) runs first, most valuable evidence first, into DIR:
+# The GPU check: what a GPU machine runs first (sized for one H100/H200 lent for 15 minutes of
+# device time in all, with no package registry), most valuable evidence first, into DIR:
 #   report.md     the figures and a verdict per part
 #   results.json  every figure
 #   log.txt       every part's output, one after the other
 #
-#   bash benchmarks/gpu_check.sh DIR             on the GPU machine (9 minutes at most)
-#   bash benchmarks/gpu_check.sh --dry-run DIR   every part at toy size on the CPU (the suite runs it)
+#   bash gpu_check/gpu_check.sh DIR             on the GPU machine (9 minutes at most)
+#   bash gpu_check/gpu_check.sh --dry-run DIR   every part at toy size on the CPU (the suite runs it)
 #
 # Parts, each under its own time cap (`timeout`: one slow part cannot eat the rest's time):
-#   env  the machine, and every distribution the check imports against the machine's list
-#   (a)  the CUDA-only tests and the GPU-branch tests, on the GPU   (benchmarks/gpu_check.py tests)
+#   env  the machine as it says itself (torch.cuda, nvidia-smi) and every distribution the check
+#        imports, with its version, as this machine has it (importlib.metadata)
+#   (a)  the CUDA-only tests and the GPU-branch tests, on the GPU   (gpu_check/check.py tests)
 #   (b)  the real train() loop beside transformers.BertForPreTraining, BERT-base, bf16, T=128 and
-#        512 (tokens/s, MFU, peak memory), a fine-tuning and an inference row (bench_gpu.py)
+#        512 (tokens/s, MFU, peak memory), a fine-tuning and an inference row
+#        (benchmarks/bench_gpu.py)
 #   (c)  own pre-training pays? pre-train for a fixed wall budget, fine-tune it and random init
-#        on SST-2, a few seeds (benchmarks/gpu_pays.py; sizes in its SIZES)
+#        on SST-2, a few seeds (gpu_check/pays.py; sizes in its SIZES)
 #   (d)  1 vs 2 GPUs with NCCL where there are 2, else "skipped: one GPU"
 #
 # Offline as the machine is: its own interpreter ($PYTHON, default python3) and torch (2.11+),
 # bertkit from this working tree (PYTHONPATH=src; nothing is installed, no venv is made),
 # PIP_NO_INDEX=1. The data (../shared/data, else a shared/data or .gpu-data folder in the
-# checkout: see benchmarks/gpu_stage_data.sh) is needed by (c) and (d) only; they skip without it.
+# checkout: see gpu_check/stage_data.sh) is needed by (c) and (d) only; they skip without it.
 # Exit status: 0 when every part passed or was skipped, 1 otherwise (the report is written anyway).
 set -uo pipefail
 DRY=0
 if [ "${1:-}" = "--dry-run" ]; then DRY=1; shift; fi
 DIR="${1:-${OUT:-}}"
 if [ -z "$DIR" ] || [ $# -gt 1 ]; then
-    echo "usage: bash benchmarks/gpu_check.sh [--dry-run] DIR" >&2
+    echo "usage: bash gpu_check/gpu_check.sh [--dry-run] DIR" >&2
     exit 2
 fi
 # Never write over what this script did not write: DIR is new, empty, or an earlier report.
@@ -92,20 +94,20 @@ skip() {  # skip NAME REASON: a part that cannot run here, said so in the report
 if command -v nvidia-smi > /dev/null; then
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$LOG" 2>&1
 fi
-part env "$CAP_ENV" "$PY" benchmarks/gpu_check.py env --out "$WORK/env.json"
+part env "$CAP_ENV" "$PY" gpu_check/check.py env --out "$WORK/env.json"
 # the inner deadlines end 15 s before the cap, so a part writes its own JSON before `timeout`
-part a_tests "$CAP_A" "$PY" benchmarks/gpu_check.py tests --out "$WORK/a_tests.json" \
+part a_tests "$CAP_A" "$PY" gpu_check/check.py tests --out "$WORK/a_tests.json" \
     --deadline-s $((CAP_A - 15)) "${MODE[@]}"
 part b_bench "$CAP_B" "$PY" benchmarks/bench_gpu.py "${BENCH[@]}" --cases loop,finetune,inference \
     --json "$WORK/b_bench.json"
 if [ -n "$DATA" ]; then
-    part c_pays "$CAP_C" "$PY" benchmarks/gpu_pays.py --data "$DATA" --work "$WORK/pays" \
+    part c_pays "$CAP_C" "$PY" gpu_check/pays.py --data "$DATA" --work "$WORK/pays" \
         --out "$WORK/c_pays.json" --deadline-s $((CAP_C - 15)) "${MODE[@]}"
-    part d_ddp "$CAP_D" "$PY" benchmarks/gpu_check.py ddp --work "$WORK/pays" \
+    part d_ddp "$CAP_D" "$PY" gpu_check/check.py ddp --work "$WORK/pays" \
         --out "$WORK/d_ddp.json" --deadline-s $((CAP_D - 15)) "${MODE[@]}"
 else
     why="no data: none of \$BERTKIT_DATA, ../shared/data, shared/data, .gpu-data has books/ and glue/SST-2/"
     skip c_pays "$why"
     skip d_ddp "$why"
 fi
-"$PY" benchmarks/gpu_check.py report --dir "$DIR" --work "$WORK" "${MODE[@]}"
+"$PY" gpu_check/check.py report --dir "$DIR" --work "$WORK" "${MODE[@]}"

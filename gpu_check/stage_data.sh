@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Stage the data that parts (c) and (d) of the GPU check need for the trip to the GPU machine.
-# The `../shared` beside a checkout does not travel there (/work/.library/device/README.md,
-# Notes); a folder of the checkout that git ignores travels when the run names it in `carry`.
+# The `../shared` beside a checkout does not travel there; a folder of the checkout that git
+# ignores travels when the device run names it in `carry`.
 # This copies the book text and SST-2's train/dev files (about 38 MB; what travels is capped at
 # 64 MiB) into .gpu-data/, which .git/info/exclude keeps out of git, so nothing of it can be
 # committed. Run it just before the device call; delete .gpu-data/ afterwards.
 #
-#   bash benchmarks/gpu_stage_data.sh [DATA]      (default ../shared/data)
-#   then the device run: carry [".gpu-data"], command "bash benchmarks/gpu_check.sh $OUT"
+#   bash gpu_check/stage_data.sh [DATA]      (default ../shared/data)
+#   then the device run: carry [".gpu-data"], command "bash gpu_check/gpu_check.sh $OUT"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC="${1:-../shared/data}"
