@@ -121,12 +121,13 @@ def find_inputs(args: DemoConfig) -> tuple[list[str], dict[str, Any]]:
     corpus = list(args.corpus or ()) or sorted(str(p) for p in (args.data / "books").glob("*.txt"))
     if not corpus:
         raise BertkitError(f"no pre-training text: {args.data / 'books'} holds no .txt files; run "
-                           "`make demo CORPUS=path/to/text.txt` (or --corpus FILE...)")
+                           "`bertkit data download demo` (the demo's books and SST-2, into "
+                           "./data), or `make demo CORPUS=path/to/text.txt` (--corpus FILE...)")
     try:
         files, _ = task_files("sst2", args.data)
     except BertkitError as err:
-        raise BertkitError(f"{err}. Get SST-2 with `bertkit data download glue-sst-2 --dest data` "
-                           "and pass --data data") from err
+        raise BertkitError(f"{err}. Get it with `bertkit data download demo` (into ./data, "
+                           "where the demo looks)") from err
     return corpus, files
 
 
