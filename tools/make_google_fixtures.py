@@ -55,7 +55,7 @@ CONFIG = {
     "hidden_size": 16,
     "initializer_range": 0.02,
     "intermediate_size": 32,
-    "max_position_embeddings": 32,
+    "max_position_embeddings": 128,
     "num_attention_heads": 2,
     "num_hidden_layers": 2,
     "type_vocab_size": 2,

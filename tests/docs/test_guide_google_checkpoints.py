@@ -13,8 +13,7 @@ from tests.docs.guide_runner import REPO, new_session, page_commands, run_comman
 PAGE = "docs/guides/google-checkpoints.md"
 FIXTURES = REPO / "tests" / "fixtures" / "google"
 SCALED = [(r"--output runs/sst2-tiny$",
-           "--output runs/sst2-tiny --epochs 1 --max-train-examples 16 --max-eval-examples 16 "
-           "--max-seq-length 32")]  # the fixture has 32 positions (BERT-Tiny 512)
+           "--output runs/sst2-tiny --epochs 1 --max-train-examples 16 --max-eval-examples 16")]
 
 
 def test_google_checkpoints_guide_runs(shared_data, tmp_path):

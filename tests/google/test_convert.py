@@ -234,7 +234,7 @@ def damage_vocab_size(folder: Path) -> None:
      "gives [32]"),
     (config_change(num_hidden_layers=1), "which the config's model has not (num_hidden_layers 1)"),
     (config_change(num_hidden_layers=3), "has no tensor for bert.encoder.layer.2."),
-    (config_change(max_position_embeddings=64), "'bert/embeddings/position_embeddings' is [32, 16]"),
+    (config_change(max_position_embeddings=512), "'bert/embeddings/position_embeddings' is [128, 16]"),
     (damage_missing_config, "bert_config.json: not found"),
     (damage_vocab_size, "vocab.txt has 101 tokens but the model's vocab_size is 100"),
 ])
