@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "bertkit.cli.study_cmds",
     "bertkit.cli.serve_cmds",
     "bertkit.cli.convert_cmds",
+    "bertkit.cli.quantize_cmds",
 ]
 
 

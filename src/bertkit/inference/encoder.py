@@ -10,7 +10,8 @@ Where the speed comes from, in the order it pays on a CPU:
   the linear layers, GELU and LayerNorm; only attention sees the padded (B, N, T, D) layout, so no
   FLOP outside attention is spent on padding;
 - `torch.inference_mode`; bf16 autocast (CPUs with AVX512-BF16/AMX, GPUs); int8 dynamic
-  quantization of the linear layers as an option.
+  quantization of the linear layers as an option (`bertkit.inference.int8`: a recipe that keeps
+  the quality, and the int8 variant folders `bertkit quantize` writes with their measured drift).
 
 Texts are taken a window at a time (`WINDOW_TEXTS`, `encode_windows`): tokenized, grouped by length
 and run, so memory stays flat in the number of texts and results arrive from the first window.
@@ -30,7 +31,6 @@ import copy
 import logging
 import os
 import time
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -43,6 +43,7 @@ from torch import nn
 
 from bertkit.checkpoint import check_model_dir, check_vocab
 from bertkit.errors import BertkitError
+from bertkit.inference.int8 import Int8Recipe, Int8Variant, default_recipe, quantize_model, read_variant
 from bertkit.io import progress_bar, read_json_object
 from bertkit.model import BertModel
 from bertkit.tokenization import BertTokenizer
@@ -130,18 +131,27 @@ class Encoder:
     `Encoder(model_dir)` loads the model and tokenizer from an HF-layout directory; a
     sentence-transformers directory also gives the default pooling (`1_Pooling/config.json`) and
     maximum length (`sentence_bert_config.json`). `Encoder(model, tokenizer=tok)` wraps objects.
+
+    An int8 variant folder (`bertkit quantize`) runs at int8 with its recipe under precision
+    None (the default: the model's own), "auto" or "int8", its measured drift logged, and at
+    fp32 when asked; `int8=recipe` gives a
+    recipe directly. A plain model at "int8" takes `int8.default_recipe`, whose drift nobody
+    measured (said in the log).
     """
 
     def __init__(self, model: str | os.PathLike | BertModel, tokenizer: BertTokenizer | None = None,
-                 *, device: str | torch.device = "cpu", precision: str = "fp32",
+                 *, device: str | torch.device = "cpu", precision: str | None = None,
                  max_length: int | None = None, pooling: Pooling | None = None,
-                 packed: bool = True):
-        if precision not in INFERENCE_PRECISIONS:
+                 packed: bool = True, int8: Int8Recipe | None = None):
+        if precision is not None and precision not in INFERENCE_PRECISIONS:
             raise BertkitError(f"precision must be one of {', '.join(INFERENCE_PRECISIONS)}, "
                                f"got {precision!r}")
         st_length, st_pooling = None, None
+        self.variant: Int8Variant | None = None
         if not isinstance(model, nn.Module):
             model_dir = check_model_dir(model)
+            self.variant = read_variant(model_dir)
+            int8 = int8 or (self.variant.recipe if self.variant else None)
             st_length, st_pooling = sentence_transformers_settings(model_dir)
             tokenizer = tokenizer or BertTokenizer.from_pretrained(model_dir)
             model = BertModel.from_pretrained(model_dir)
@@ -149,7 +159,19 @@ class Encoder:
         if tokenizer is None:
             raise BertkitError("Encoder(model) needs tokenizer=... when given a model object")
         self.device = resolve_device(device)
-        self.precision = resolve_precision(precision, self.device)
+        # a quantized variant's own precision is int8 (None: the model's own, fp32 otherwise);
+        # fp32 stays one explicit request away
+        if precision in (None, "auto") and int8 is not None:
+            precision = "int8"
+        self.precision = resolve_precision(precision or "fp32", self.device)
+        if self.precision == "int8":
+            int8 = int8 or default_recipe(model)
+            if self.variant is not None:
+                log.info("%s", self.variant.summary())
+            else:
+                log.info("int8: %s; its drift from fp32 was not measured (`bertkit quantize` "
+                         "measures it on your texts)", int8.describe())
+        self.int8 = int8 if self.precision == "int8" else None  # the recipe in use
         self.tokenizer = tokenizer
         self.config = model.config
         self.max_length = min(max_length or st_length or self.config.max_position_embeddings,
@@ -158,7 +180,7 @@ class Encoder:
             raise BertkitError(f"max_length must be at least 3 ([CLS] x [SEP]), got {max_length}")
         self.default_pooling: Pooling = pooling or st_pooling or FROZEN_POOLING
         self.packed = packed
-        self.model = prepare_model(model, self.device, self.precision)
+        self.model = prepare_model(model, self.device, self.precision, self.int8)
         self.last_stats = InferenceStats()
 
     # ---- public API -------------------------------------------------------------------------
@@ -393,11 +415,12 @@ def sentence_transformers_settings(model_dir: Path) -> tuple[int | None, Pooling
     return length, pooling
 
 
-def prepare_model(model: BertModel, device: torch.device, precision: str) -> nn.Module:
+def prepare_model(model: BertModel, device: torch.device, precision: str,
+                  int8: Int8Recipe | None = None) -> nn.Module:
     """Eval mode on `device`. bf16/fp16: a copy whose linear weights are cast once (autocast
     would cast them again for every batch), LayerNorm and embeddings stay fp32. int8: a copy with
-    dynamically quantized linear layers (int8 weights per output channel, activations quantized
-    per batch), CPU only. The pooler is never used here."""
+    the encoder's linear layers quantized by `int8` (default `int8.default_recipe`), CPU only.
+    The pooler is never used here."""
     if precision == "int8" and device.type != "cpu":
         raise BertkitError("precision int8 (dynamic quantization) runs on the CPU only")
     if precision == "fp16" and device.type == "cpu":
@@ -410,13 +433,7 @@ def prepare_model(model: BertModel, device: torch.device, precision: str) -> nn.
                 module.to(dtype)
     model = model.to(device).eval()
     if precision == "int8":
-        with warnings.catch_warnings():
-            # torch.ao's eager quantization is deprecated in favour of torchao, which is not a
-            # dependency; the notice would only puzzle users of this option
-            warnings.simplefilter("ignore")
-            qconfig = torch.ao.quantization.per_channel_dynamic_qconfig
-            model = torch.ao.quantization.quantize_dynamic(model, {nn.Linear: qconfig},
-                                                           dtype=torch.qint8)
+        model = quantize_model(model, int8 or default_recipe(model))
     return model
 
 
