@@ -4,6 +4,7 @@ the run_classifier output for an MNLI run."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -37,8 +38,6 @@ def test_the_output_the_guide_shows_is_the_commands(tmp_path, capsys):
     shutil.copytree(FIXTURES / "uncased_L-2_H-16_A-2", release)
     cwd = Path.cwd()
     try:
-        import os
-
         os.chdir(tmp_path)
         assert main(["convert", "google", "uncased_L-2_H-128_A-2", "--output", "bert-tiny"]) == 0
     finally:
