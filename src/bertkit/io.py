@@ -77,8 +77,15 @@ def is_disk_full(err: BaseException) -> bool:
 @contextlib.contextmanager
 def writing(path: str | os.PathLike, needed: int | None = None) -> Iterator[None]:
     """Write `path` in the block: a full disk (or quota) becomes one BertkitError naming the file,
-    the space left and, given `needed` (bytes), what the file needs. The block's own cleanup runs
-    first, so nothing half-written is left under the final name."""
+    the space there was when the write began and, given `needed` (bytes), what the file needs.
+    The block's own cleanup runs first, so nothing half-written is left under the final name.
+    (The space is taken before the write: after it fails, a file the failed library still holds
+    open keeps its blocks until the error is gone.)"""
+    folder = _existing_folder(Path(path))
+    try:
+        free: int | None = shutil.disk_usage(folder).free
+    except OSError:
+        free = None
     try:
         yield
     except BertkitError:
@@ -86,21 +93,23 @@ def writing(path: str | os.PathLike, needed: int | None = None) -> Iterator[None
     except Exception as err:
         if not is_disk_full(err):
             raise
-        raise BertkitError(disk_full_message(Path(path), needed)) from err
+        raise BertkitError(disk_full_message(Path(path), folder, free, needed)) from err
 
 
-def disk_full_message(path: Path, needed: int | None = None) -> str:
+def _existing_folder(path: Path) -> Path:
     folder = path.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
-    try:
-        free = f"{_size(shutil.disk_usage(folder).free)} free"
-    except OSError:
-        free = "free space unknown"
+    return folder
+
+
+def disk_full_message(path: Path, folder: Path, free: int | None, needed: int | None) -> str:
+    space = f"{_size(free)} free in {folder} when it began" if free is not None else \
+        f"free space in {folder} unknown"
     need = f", about {_size(needed)} needed" if needed else ""
-    return (f"{path}: no space left on the device ({free} in {folder}{need}); nothing "
-            "half-written was kept: free some space and run the same command again (with "
-            "--resume, where the command has it, to continue)")
+    return (f"{path}: no space left on the device ({space}{need}); nothing half-written was "
+            "kept: free some space and run the same command again (with --resume, where the "
+            "command has it, to continue)")
 
 
 def _size(n: int) -> str:

@@ -176,14 +176,20 @@ def save_training_state(output_dir: str | os.PathLike, step: int, state: dict[st
     return final
 
 
-def tensor_bytes(obj: Any) -> int:
-    """Bytes of the tensors in a nested state (what its file needs, give or take its index)."""
+def tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
+    """Bytes of the tensors in a nested state, each storage once (tied weights share one, and
+    torch.save writes it once): what its file needs, give or take its index."""
+    seen = set() if seen is None else seen
     if torch.is_tensor(obj):
-        return obj.numel() * obj.element_size()
+        storage = obj.untyped_storage()
+        if storage.data_ptr() in seen:
+            return 0
+        seen.add(storage.data_ptr())
+        return storage.nbytes()
     if isinstance(obj, dict):
-        return sum(tensor_bytes(v) for v in obj.values())
+        return sum(tensor_bytes(v, seen) for v in obj.values())
     if isinstance(obj, (list, tuple)):
-        return sum(tensor_bytes(v) for v in obj)
+        return sum(tensor_bytes(v, seen) for v in obj)
     return 0
 
 
