@@ -28,6 +28,7 @@ from bertkit.inference.files import (
     write_features,
     write_vector_table,
 )
+from bertkit.inference.int8 import is_variant
 
 log = logging.getLogger("bertkit")
 
@@ -38,7 +39,8 @@ POOLING_HELP = ("default: the checkpoint's own (a sentence-transformers folder's
 FILE_PRECISION_HELP = ("default fp32: a text's vector is then the same bits whatever its batch and "
                        "neighbours; auto (bf16 where this machine computes it fast), bf16, fp16 and "
                        "int8 are faster, and the file's sidecar says their vectors are "
-                       "batch-dependent")
+                       "batch-dependent; an int8 variant folder (bertkit quantize) runs at int8 "
+                       "unless asked otherwise")
 
 
 def register(subparsers) -> None:
@@ -122,7 +124,9 @@ def _input_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _encoder(args: argparse.Namespace, file_output: bool = False) -> Encoder:
-    precision = file_precision(args.precision) if file_output else args.precision
+    precision = args.precision
+    if file_output and not is_variant(args.model):  # a variant's own precision is int8
+        precision = file_precision(precision)
     return Encoder(args.model, device=args.device, precision=precision,
                    max_length=args.max_length)
 
@@ -159,7 +163,7 @@ def run_embed(args: argparse.Namespace) -> int:
                 "text_column": args.text_column if source.is_table else None,
                 "pair_column": args.pair_column, "id_column": args.id_column,
                 "key": source.key_name, "pooling": pooling, "layers": layers,
-                "normalize": args.normalize, "precision": encoder.precision,
+                "normalize": args.normalize, **encoder.precision_record(),
                 "vectors": "batch-invariant" if invariant else "batch-dependent",
                 "max_length": encoder.max_length, "stride": args.stride, "texts": found.count,
                 "truncated": encoder.last_stats.truncated,

@@ -33,7 +33,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -134,23 +134,23 @@ class Encoder:
 
     An int8 variant folder (`bertkit quantize`) runs at int8 with its recipe under precision
     None (the default: the model's own), "auto" or "int8", its measured drift logged, and at
-    fp32 when asked; `int8=recipe` gives a
-    recipe directly. A plain model at "int8" takes `int8.default_recipe`, whose drift nobody
-    measured (said in the log).
+    fp32 when asked; `int8=` gives a recipe or a variant's record directly. A plain model at
+    "int8" takes `int8.default_recipe`, whose drift nobody measured (said in the log).
     """
 
     def __init__(self, model: str | os.PathLike | BertModel, tokenizer: BertTokenizer | None = None,
                  *, device: str | torch.device = "cpu", precision: str | None = None,
                  max_length: int | None = None, pooling: Pooling | None = None,
-                 packed: bool = True, int8: Int8Recipe | None = None):
+                 packed: bool = True, int8: Int8Recipe | Int8Variant | None = None):
         if precision is not None and precision not in INFERENCE_PRECISIONS:
             raise BertkitError(f"precision must be one of {', '.join(INFERENCE_PRECISIONS)}, "
                                f"got {precision!r}")
         st_length, st_pooling = None, None
-        self.variant: Int8Variant | None = None
+        self.variant = int8 if isinstance(int8, Int8Variant) else None
+        int8 = int8.recipe if isinstance(int8, Int8Variant) else int8
         if not isinstance(model, nn.Module):
             model_dir = check_model_dir(model)
-            self.variant = read_variant(model_dir)
+            self.variant = self.variant or read_variant(model_dir)
             int8 = int8 or (self.variant.recipe if self.variant else None)
             st_length, st_pooling = sentence_transformers_settings(model_dir)
             tokenizer = tokenizer or BertTokenizer.from_pretrained(model_dir)
@@ -256,6 +256,15 @@ class Encoder:
                 yield window, self._features_window(window, hidden_index, combine, batch_size,
                                                     stride, bar, batch_invariant)
                 self.last_stats.seconds = time.perf_counter() - start_time
+
+    def precision_record(self) -> dict[str, Any]:
+        """What an answer says about how its vectors were computed: the precision and, at int8,
+        the recipe and the drift measured for it (None when nobody measured it)."""
+        record: dict[str, Any] = {"precision": self.precision}
+        if self.int8 is not None:
+            record["int8"] = self.int8.describe()
+            record["drift"] = asdict(self.variant.drift) if self.variant else None
+        return record
 
     def check_layers(self, layers: Sequence[int]) -> list[int]:
         """The `hidden_states` indices of `layers`; a layer the model lacks is an error."""

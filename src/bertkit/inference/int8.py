@@ -242,6 +242,11 @@ def write_variant(folder: str | os.PathLike, recipe: Int8Recipe, drift: Drift,
     return Int8Variant(folder, recipe, drift, calibration)
 
 
+def is_variant(model_dir: str | os.PathLike) -> bool:
+    """Whether a model folder is an int8 variant (holds an int8 record)."""
+    return (Path(model_dir) / RECORD_NAME).is_file()
+
+
 def read_variant(model_dir: str | os.PathLike) -> Int8Variant | None:
     """The int8 record of a model folder, None for a plain model folder. A record that is
     damaged, of another format, or without its drift is refused in one line."""

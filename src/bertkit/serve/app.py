@@ -202,7 +202,7 @@ class Api:
             key, views.embed_batch(model, precision, pooling, normalize), texts, len(texts))
         # the forward thread made the encoder at `precision` (a bf16/int8 copy on first use):
         # read what "auto" resolved to from it, rather than build a copy on the event loop
-        notes = {"precision": model.encoders[precision].precision, "max_length": length,
+        notes = {**model.encoders[precision].precision_record(), "max_length": length,
                  "truncated": cut}
         return vectors, notes
 

@@ -21,6 +21,7 @@ from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.inference.encoder import Encoder, sentence_transformers_settings
 from bertkit.inference.finetuned import load_for, task_of
+from bertkit.inference.int8 import Int8Variant, read_variant
 from bertkit.inference.pretraining import load_pretraining_model
 from bertkit.model import BertModel
 from bertkit.tasks import Task
@@ -44,14 +45,16 @@ class ServedModel:
     task: Task | None = None
     head: nn.Module | None = None
     encoders: dict[str, Encoder] = field(default_factory=dict)
+    variant: Int8Variant | None = None  # an int8 variant folder's record (`bertkit quantize`)
 
     def encoder(self, precision: str = "fp32") -> Encoder:
-        """The `Encoder` at `precision` (bf16/int8 copies are made on first use)."""
+        """The `Encoder` at `precision` (bf16/int8 copies are made on first use; an int8
+        variant's int8, also its "auto", runs its own recipe)."""
         if precision not in self.encoders:
             fp32 = self.encoders["fp32"]
             self.encoders[precision] = Encoder(self.bert, tokenizer=self.tokenizer,
                                                precision=precision, max_length=fp32.max_length,
-                                               pooling=fp32.default_pooling)
+                                               pooling=fp32.default_pooling, int8=self.variant)
         return self.encoders[precision]
 
     def require(self, head: str, what: str) -> None:
@@ -77,6 +80,7 @@ class ServedModel:
                 "config": {k: v for k, v in self.config.to_dict().items()
                            if not isinstance(v, (dict, list))},
                 "max_length": self.encoder().max_length,
+                "int8_variant": self.variant.summary() if self.variant else None,
                 "parameters": parameter_counts(self)}
 
 
@@ -116,7 +120,8 @@ def load_model(model_dir: str | os.PathLike, name: str) -> ServedModel:
     # A sentence-transformers folder also gives the pooling and maximum length to embed with.
     length, pooling = sentence_transformers_settings(path)
     served.encoders["fp32"] = Encoder(served.bert, tokenizer=served.tokenizer, max_length=length,
-                                      pooling=pooling)
+                                      pooling=pooling, precision="fp32")
+    served.variant = read_variant(path)
     return served
 
 
