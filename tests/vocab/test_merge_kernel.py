@@ -13,7 +13,7 @@ import pytest
 from numba import njit
 from numba.core import caching
 
-from bertkit.vocab import merge_kernel, merge_tables
+from bertkit.vocab import merge_kernel, merge_tables, trainer
 from bertkit.vocab.merge_kernel import run_merges, watch_progress
 from bertkit.vocab.merge_priority import score
 from bertkit.vocab.merge_state import PMI
@@ -139,3 +139,18 @@ def test_watch_progress_reraises_the_work_error():
 
     with pytest.raises(ValueError, match="inside the loop"):
         watch_progress(fail, np.zeros(1, dtype=np.int64), 10, "merging")
+
+
+def test_warm_up_compiles_the_loop_a_real_run_uses():
+    """`vocab train` compiles the loop ahead, while it counts words (`warm_up` in a thread):
+    that is only worth it if a real run then finds its specialization compiled (no new
+    signature), whatever the criterion."""
+    thread = trainer.compile_in_background()
+    thread.join()
+    compiled = set(merge_kernel._run.signatures)
+    assert compiled
+    words = {"hello": 5, "help": 3, "yellow": 2, "hell": 4}
+    units = sorted({c for w in words for c in w[:1]} | {"##" + c for w in words for c in w[1:]})
+    for criterion in ("likelihood", "pmi", "frequency"):
+        merge_kernel.run_merges(words, units, criterion, 1, budget=5, drop_absorbed=False)
+    assert set(merge_kernel._run.signatures) == compiled

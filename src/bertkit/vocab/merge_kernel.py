@@ -276,3 +276,12 @@ def run_merges(
     pieces = [name for name, count in zip(names[len(units):], rows["count"][len(units):].tolist())
               if count > 0 or not drop_absorbed]
     return merges, pieces
+
+
+def warm_up() -> None:
+    """Compile the merge loop (or load it from numba's cache) on a two-word corpus: the same
+    types as every real run's, so a later `run_merges` finds it compiled. `bertkit vocab
+    train` calls it in a thread while the words are counted (`trainer.compile_in_background`),
+    so that a fresh install's compile overlaps the counting instead of following it."""
+    run_merges({"ab": 3, "abab": 1}, ["a", "b", PREFIX + "a", PREFIX + "b"], "likelihood", 1,
+               budget=2, drop_absorbed=True)

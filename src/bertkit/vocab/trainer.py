@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -174,6 +175,28 @@ def _merge(words: dict[str, int], units: list[str], config: TrainerConfig, budge
                       drop_absorbed=config.drop_absorbed, progress=progress)
 
 
+def compile_in_background() -> threading.Thread | None:
+    """Start compiling the merge loop in a thread (`merge_kernel.warm_up`; nothing where numba
+    is missing). The first run after installing spends tens of seconds compiling it; started
+    before the words are counted, that work overlaps the counting (on other processes with
+    `workers`). A later `run_merges` waits for it under numba's compiler lock; a failure here
+    is left to that call to report."""
+    try:
+        from bertkit.vocab.merge_kernel import warm_up
+    except ImportError:
+        return None
+
+    def compile_quietly() -> None:
+        try:
+            warm_up()
+        except Exception as err:  # noqa: BLE001 (the real run compiles again and reports)
+            logger.debug("compiling the merge loop ahead failed: %s", err)
+
+    thread = threading.Thread(target=compile_quietly, name="compile merge loop", daemon=True)
+    thread.start()
+    return thread
+
+
 def train_from_texts(
     texts: Iterable[str], config: TrainerConfig, progress: bool = False
 ) -> VocabResult:
@@ -196,6 +219,7 @@ def train_from_files(
     record formats' text in `fields`), counting on `workers` processes, with at most
     `max_words` distinct words held (None: no cap)."""
     paths = expand_inputs(patterns)
+    compile_in_background()
     counts = count_files(paths, config.do_lower_case, workers=workers, progress=progress,
                          max_words=max_words, fields=fields)
     if not counts:
