@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.google.bundle import Bundle, index_path, shard_path, skipped_kind
+from bertkit.google.bundle import (
+    TABLE_MAGIC,
+    Bundle,
+    index_path,
+    masked_crc32c,
+    read_table,
+    shard_path,
+    skipped_kind,
+)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "google"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8"))
@@ -136,3 +144,63 @@ def test_another_file_is_not_an_index(tmp_path):
     prefix = tmp_path / "model.ckpt"
     index_path(prefix).write_text("not a table at all, but long enough to hold a footer " * 2)
     assert "not a TensorFlow checkpoint index" in refusal(prefix, read_all=False)
+
+
+# --- an index of several blocks ---------------------------------------------------------------------
+# TensorFlow writes a new data block every 256 KiB of entries: an index that large (thousands of
+# variables) is rebuilt here from a real one, in LevelDB's layout, with small blocks.
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def block(items: list[tuple[bytes, bytes]], restart_every: int) -> bytes:
+    out, restarts, last = bytearray(), [], b""
+    for n, (key, value) in enumerate(items):
+        shared = 0
+        if n % restart_every:
+            while shared < min(len(key), len(last)) and key[shared] == last[shared]:
+                shared += 1
+        else:
+            restarts.append(len(out))
+        out += varint(shared) + varint(len(key) - shared) + varint(len(value))
+        out += key[shared:] + value
+        last = key
+    for offset in restarts:
+        out += offset.to_bytes(4, "little")
+    return bytes(out + len(restarts).to_bytes(4, "little"))
+
+
+def write_table(path: Path, items: list[tuple[bytes, bytes]], per_block: int = 5) -> None:
+    data = bytearray()
+
+    def append(contents: bytes) -> bytes:
+        handle = varint(len(data)) + varint(len(contents))
+        data.extend(contents + b"\x00" + masked_crc32c(contents + b"\x00").to_bytes(4, "little"))
+        return handle
+
+    index = []
+    for start in range(0, len(items), per_block):
+        chunk = items[start:start + per_block]
+        index.append((chunk[-1][0], append(block(chunk, restart_every=3))))
+    meta = append(block([], 1))
+    footer = meta + append(block(index, 1))
+    data += footer.ljust(40, b"\x00") + TABLE_MAGIC.to_bytes(8, "little")
+    path.write_bytes(bytes(data))
+
+
+def test_index_of_many_blocks(tmp_path):
+    prefix = copy_release(tmp_path)
+    items = list(read_table(index_path(prefix)))
+    write_table(index_path(prefix), items)
+    assert index_path(prefix).read_bytes() != index_path(RELEASE).read_bytes()
+    expected = EXPECTED["checkpoints"]["uncased_L-2_H-16_A-2/bert_model.ckpt"]
+    with Bundle(prefix) as bundle:
+        assert sorted(bundle.entries) == sorted(expected)
+        for name, record in expected.items():
+            assert sha256(bundle.read(name)) == record["sha256"], name
