@@ -354,6 +354,22 @@ def lock_output_dir(path: str | os.PathLike) -> None:
         os.write(f.fileno(), holder.encode("utf-8"))
 
 
+@contextlib.contextmanager
+def held_output_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """`path` (made when new) under this process's lock (`lock_output_dir`) while the block
+    writes it; given up after, unless it was held before the block. A command with no run
+    marker of its own (a download, a study's folder) claims its folder this way."""
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    before = fcntl is not None and _holds(folder.resolve())
+    try:
+        lock_output_dir(folder)
+        yield folder
+    finally:
+        if not before:
+            release_output_dir(folder)
+
+
 def release_output_dir(path: str | os.PathLike) -> None:
     """Give up `path`'s lock before this process ends (a long-lived process that has finished
     writing the folder). The lock file is removed while still held; a process that opened it

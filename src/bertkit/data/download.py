@@ -33,7 +33,7 @@ from pathlib import Path
 
 from bertkit.data.gutenberg import RAW_GITHUB, Book, git_blob_id, load_books, strip_boilerplate
 from bertkit.errors import BertkitError
-from bertkit.io import atomic_path, atomic_write_text, progress_bar
+from bertkit.io import atomic_path, atomic_write_text, held_output_dir, progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +205,14 @@ def download_dataset(dataset: Dataset, root: str | os.PathLike, progress: bool =
     if marker.is_file() and not force:
         log.info("%s: already downloaded (%s)", dataset.name, folder)
         return folder
+    # one download into a folder at a time: two would unpack over each other's files
+    with held_output_dir(folder):
+        _download_into(dataset, folder, marker, progress, force, source_dir)
+    return folder
+
+
+def _download_into(dataset: Dataset, folder: Path, marker: Path, progress: bool, force: bool,
+                   source_dir: str | os.PathLike | None) -> None:
     for remote in dataset.files:
         target = folder / remote.path
         if not target.is_file() or force or (remote.sha256 and sha256_of(target) != remote.sha256):
@@ -216,7 +224,6 @@ def download_dataset(dataset: Dataset, root: str | os.PathLike, progress: bool =
     atomic_write_text(marker, json.dumps({"name": dataset.name,
                                           "files": [f.url for f in dataset.files]}) + "\n")
     log.info("%s: ready in %s", dataset.name, folder)
-    return folder
 
 
 def _source_url(url: str, source_dir: str | os.PathLike | None) -> str:

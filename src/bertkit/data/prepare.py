@@ -41,7 +41,7 @@ from bertkit.data.meta import (
 from bertkit.data.sentences import splitter_name
 from bertkit.data.shards import PackedInstances
 from bertkit.errors import BertkitError
-from bertkit.io import LOCK_FILE, check_unlocked, lock_output_dir, progress_bar, release_output_dir
+from bertkit.io import LOCK_FILE, check_unlocked, held_output_dir, progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -209,13 +209,11 @@ def output_folder(out: Path, fresh: AnyMeta, resume: bool, overwrite: bool) -> I
     The lock is given up when the block ends; a folder this run made and left empty is removed."""
     made = not out.exists()
     open_output(out, fresh, resume, overwrite, look_only=True)  # refused before anything exists
-    out.mkdir(parents=True, exist_ok=True)
     try:
-        lock_output_dir(out)
-        # again under the lock: another run may have written the folder since the first look
-        yield open_output(out, fresh, resume, overwrite)
+        with held_output_dir(out):
+            # again under the lock: another run may have written the folder since the first look
+            yield open_output(out, fresh, resume, overwrite)
     finally:
-        release_output_dir(out)
         if made:
             with contextlib.suppress(OSError):
                 out.rmdir()  # only when empty

@@ -19,6 +19,7 @@ from typing import Any
 
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
+from bertkit.io import LOCK_FILE, held_output_dir
 from bertkit.runs.finetune import FinetuneConfig, finetune_train_config
 from bertkit.runs.pretrain import PretrainConfig, pretrain_train_config
 from bertkit.studies import pipeline
@@ -180,10 +181,15 @@ def cells_of(cfg: AblationConfig) -> list[tuple[str, str, int]]:
 def run_ablation(cfg: AblationConfig) -> Path:
     """The whole study, resumable; returns the report `OUTPUT/REPORT.md`."""
     out = Path(cfg.output_dir)
-    if out.is_dir() and any(out.iterdir()) and not (out / "results.json").is_file():
+    others = out.is_dir() and any(p.name != LOCK_FILE for p in out.iterdir())
+    if others and not (out / "results.json").is_file():
         raise BertkitError(f"{out}: not empty and not an ablation folder (no results.json); "
                            "choose a new or empty --output")
-    out.mkdir(parents=True, exist_ok=True)
+    with held_output_dir(out):  # a second ablation into the folder would run the same cells
+        return _run_ablation(cfg, out)
+
+
+def _run_ablation(cfg: AblationConfig, out: Path) -> Path:
     store = ResultsStore(out / "results.json", cfg.identity())
     cells = cells_of(cfg)
     files = {t: pipeline.task_files(t, cfg.data_root) for t in cfg.tasks}

@@ -24,6 +24,7 @@ from typing import Any
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.inference.pretraining import fill_mask, is_next_probability, load_pretraining_model
+from bertkit.io import held_output_dir
 from bertkit.model import BertModel
 from bertkit.runs.pretrain import PretrainConfig, pretrain_train_config
 from bertkit.studies import pipeline
@@ -177,9 +178,14 @@ def pretrain_section(args: DemoConfig, store: ResultsStore, corpus: list[str], t
 
 def run(args: DemoConfig) -> Path:
     args, scale_line = scale_for_machine(args)
+    corpus, files = find_inputs(args)
+    with held_output_dir(args.output):  # a second demo into the folder would redo its steps
+        return _run(args, scale_line, corpus, files)
+
+
+def _run(args: DemoConfig, scale_line: str, corpus: list[str], files: dict[str, Any]) -> Path:
     out, timings = args.output, {}
     work = out / "work"
-    corpus, files = find_inputs(args)
     store = ResultsStore(work / "results.json", identity(args, corpus))
     clock = time.perf_counter()
     print(scale_line, flush=True)
