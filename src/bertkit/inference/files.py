@@ -16,6 +16,7 @@ Parquet also the schema metadata, key `bertkit`). Per-token features are Google'
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -337,7 +338,14 @@ class _Parquet(_VectorFile):
         self.writer.write_table(pa.Table.from_arrays(columns, schema=self.schema))
 
     def close(self, info: dict[str, Any]) -> None:
-        self.writer.add_key_value_metadata({METADATA_KEY: json.dumps(info)})
+        """The sidecar into the file's key-value metadata and into its Arrow schema's, which
+        readers (pandas, R's arrow) show: the schema was stored when the writer opened, before
+        the counts were known, so its "ARROW:schema" entry (base64 of the IPC schema, Arrow's
+        convention) is replaced by the final one."""
+        text = json.dumps(info)
+        final = self.schema.with_metadata({METADATA_KEY: text})
+        stored = base64.b64encode(final.serialize().to_pybytes()).decode("ascii")
+        self.writer.add_key_value_metadata({"ARROW:schema": stored, METADATA_KEY: text})
         self.writer.close()
 
 
