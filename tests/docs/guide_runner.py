@@ -1,6 +1,8 @@
 """Running a guide's commands as written (tests/docs/test_guide_*.py, the quickstart's).
 
-Every ```bash block of a page runs, in the page's order, in a fresh folder laid out like a clone
+Every ```bash block of a page runs (and every `$ ` line of a ```console block; a block whose info
+string names a file, such as ```csv reviews.csv, is written to that file first), in the page's
+order, in a fresh folder laid out like a clone
 (`../shared/data` beside it), each command as `bash -c COMMAND` with the interpreter's bin folder
 first on PATH. A plain `bertkit ...` command (no pipe, redirection or substitution) runs in this
 process through `bertkit.cli.main.main`, its variables and globs expanded as bash would: the
@@ -50,6 +52,23 @@ PORT = 8080
 SHELL_ONLY = re.compile(r"[|;&<>`]|\$\(")  # what only bash can run
 
 
+def page_items(markdown: str) -> list[tuple[str, str]]:
+    """The page's runnable parts, in order: ("command", COMMAND) from ```bash blocks (every
+    command) and ```console blocks (the lines after a `$ ` prompt; the others are output), and
+    ("file", NAME) + its body from a block whose info string names a file (```csv reviews.csv)."""
+    items: list[tuple[str, str]] = []
+    for info, body in re.findall(r"^```([^\n]*)\n(.*?)^```", markdown, flags=re.S | re.M):
+        words = info.split()
+        if words[:1] == ["bash"]:
+            items += [("command", c) for c in block_commands(body)]
+        elif words[:1] == ["console"]:
+            prompts = re.sub(r"\\\n\s*", " ", body).splitlines()
+            items += [("command", line[2:].strip()) for line in prompts if line.startswith("$ ")]
+        elif len(words) == 2:
+            items.append(("file", f"{words[1]}\n{body}"))
+    return items
+
+
 def bash_blocks(markdown: str) -> list[str]:
     """The bodies of the page's ```bash blocks, in order."""
     return re.findall(r"^```bash\n(.*?)^```", markdown, flags=re.S | re.M)
@@ -81,7 +100,7 @@ def block_commands(block: str) -> list[str]:
 def page_commands(page: str | Path) -> list[str]:
     """Every command of a Markdown page (a path relative to the repository, or a Path)."""
     text = (REPO / page).read_text(encoding="utf-8")
-    return [c for block in bash_blocks(text) for c in block_commands(block)]
+    return [body for kind, body in page_items(text) if kind == "command"]
 
 
 def scaled(command: str, scaling: Sequence[tuple[str, str]]) -> str:
@@ -226,11 +245,19 @@ def new_session(shared_data: Path, tmp_path: Path) -> Session:
     return Session(clone, env)
 
 
-def run_commands(session: Session, commands: Sequence[str],
+def run_commands(session: Session, commands: Sequence[str | tuple[str, str]],
                  scaling: Sequence[tuple[str, str]] = ()) -> None:
-    """Runs `commands` in order in the session's folder, each scaled by `scaling`."""
+    """Runs `commands` in order in the session's folder, each scaled by `scaling`; an item
+    ("file", "NAME\\nBODY") writes the file NAME instead."""
     try:
         for command in commands:
+            if isinstance(command, tuple):
+                if command[0] == "file":
+                    name, body = command[1].split("\n", 1)
+                    (session.clone / name).parent.mkdir(parents=True, exist_ok=True)
+                    (session.clone / name).write_text(body, encoding="utf-8")
+                    continue
+                command = command[1]
             session.run(scaled(command, scaling), command)
     finally:
         session.stop_server()
@@ -241,10 +268,11 @@ def run_page(page: str, shared_data: Path, tmp_path: Path,
              minimum: int = 3) -> Session:
     """Runs every command of `page` (relative to the repository) in a fresh folder and checks
     that the files in `made` exist afterwards; the page must show at least `minimum` commands."""
-    commands = page_commands(page)
-    assert len(commands) >= minimum, f"{page}: {len(commands)} commands found"
+    items = page_items((REPO / page).read_text(encoding="utf-8"))
+    found = sum(kind == "command" for kind, _ in items)
+    assert found >= minimum, f"{page}: {found} commands found"
     session = new_session(shared_data, tmp_path)
-    run_commands(session, commands, scaling)
+    run_commands(session, items, scaling)
     for path in made:
         assert (session.clone / path).exists(), f"{page}: {path} was not written"
     return session
