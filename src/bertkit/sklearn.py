@@ -31,6 +31,7 @@ import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
+from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.inference.encoder import Encoder
 from bertkit.inference.finetuned import predict_examples, task_of
@@ -201,8 +202,9 @@ class _FineTuned(BaseEstimator):
         task = task_of(self.model_dir_, None)
         examples = [TextExample(str(i), text, pairs[i] if pairs else None, None, f"X[{i}]")
                     for i, text in enumerate(texts)]
+        positions = BertConfig.load(self.model_dir_).max_position_embeddings
         settings = FinetuneConfig(task="custom", model_dir=self.model_dir_, data_dir=".",
-                                  max_seq_length=self.max_length).settings(task)
+                                  max_seq_length=self.max_length).settings(task, positions)
         with torch_threads(self.threads):
             return predict_examples(self.model_dir_, task, examples, settings,
                                     batch_size=max(self.batch_size, 64), scores=scores)

@@ -150,3 +150,22 @@ def test_training_batches_are_packed_where_the_loss_allows_and_not_grouped_by_le
     assert training_collate(squad, load_model(squad, tiny_dir, None, c), c) == squad.collate
     assert feature_lengths(features) == [3, 5]
     assert feature_lengths([{"input_ids": [[1, 2], [1, 2, 3, 4]]}]) == [4]  # multiple choice
+
+
+def test_a_length_beyond_the_models_positions_is_refused_and_the_default_cut(tmp_path):
+    sst2, squad = get_task("sst2"), get_task("squad1")
+    with pytest.raises(BertkitError, match="--max-seq-length 256 is beyond the model's 64"):
+        cfg(max_seq_length=256).settings(sst2, positions=64)
+    cut = cfg().settings(squad, positions=128)  # SQuAD's default 384 and stride 128
+    assert (cut.max_seq_length, cut.doc_stride) == (128, 64)
+    assert cfg().settings(sst2, positions=512).max_seq_length == 128
+    # refused by run_one before anything is written
+    torch.manual_seed(0)
+    small = BertConfig.preset("tiny", vocab_size=40, max_position_embeddings=64)
+    BertForPreTraining(small).save_pretrained(tmp_path / "m")
+    out = tmp_path / "out"
+    run = FinetuneConfig("sst2", str(tmp_path / "m"), str(tmp_path), max_seq_length=128,
+                         train=finetune_train_config(str(out)))
+    with pytest.raises(BertkitError, match="beyond the model's 64 positions"):
+        run_one(run)
+    assert not out.exists()

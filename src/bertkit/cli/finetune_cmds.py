@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from bertkit.cli.common import add_hardware, add_join_timeout, add_resume, run_together
+from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.inference.finetuned import evaluate_model, predict_examples, task_of
 from bertkit.io import atomic_write_text, check_new_file, claim_output_dir
@@ -272,7 +273,8 @@ def _launched_processes(environ: Mapping[str, str]) -> int:
 
 def _settings(args: argparse.Namespace, task) -> FeatureSettings:
     """The featurization of evaluate / predict: FinetuneConfig's rule, with these options."""
-    return FinetuneConfig("", "", "", **_feature_options(args)).settings(task)
+    positions = BertConfig.load(args.model).max_position_embeddings
+    return FinetuneConfig("", "", "", **_feature_options(args)).settings(task, positions)
 
 
 def evaluate_cmd(args: argparse.Namespace) -> int:

@@ -262,7 +262,7 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
     teacher.to(resolve_device(cfg.finetune.train.device))
     init_dir = Path(spec.name) if spec.kind == "folder" else out / STUDENT_INIT
     student_tok = student_tokenizer(spec, init_dir, teacher_tok)
-    settings = cfg.finetune.settings(task)
+    settings = cfg.finetune.settings(task, teacher.config.max_position_embeddings)
     shape = student_config(spec, teacher.config)
     if cfg.attention_weight and shape.num_attention_heads != teacher.config.num_attention_heads:
         raise BertkitError(f"--attention-weight compares the attention of each head, so the "

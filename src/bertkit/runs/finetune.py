@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from bertkit.checkpoint import check_model_dir, check_vocab
+from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.heads import HEAD_CLASSES
 from bertkit.io import atomic_write_json
@@ -115,9 +116,21 @@ class FinetuneConfig:
     def output_dir(self) -> str:
         return self.train.output_dir
 
-    def settings(self, task: Task) -> FeatureSettings:
-        return FeatureSettings(max_seq_length=self.max_seq_length or task.max_seq_length,
-                               doc_stride=self.doc_stride, max_query_length=self.max_query_length,
+    def settings(self, task: Task, positions: int | None = None) -> FeatureSettings:
+        """The featurization for `task`, on a model with `positions` positions when given
+        (its max_position_embeddings): a --max-seq-length beyond them is refused before any
+        work (it would fail at the first step); the task's default length is cut to them, its
+        SQuAD stride with it."""
+        length, stride = self.max_seq_length or task.max_seq_length, self.doc_stride
+        if positions is not None and length > positions:
+            if self.max_seq_length is not None:
+                raise BertkitError(f"--max-seq-length {length} is beyond the model's {positions} "
+                                   f"positions (max_position_embeddings); use at most {positions}")
+            log.info("%s's default length %d cut to the model's %d positions", task.name,
+                     length, positions)
+            length, stride = positions, min(stride, positions // 2)
+        return FeatureSettings(max_seq_length=length, doc_stride=stride,
+                               max_query_length=self.max_query_length,
                                max_answer_length=self.max_answer_length,
                                n_best_size=self.n_best_size)
 
@@ -256,7 +269,7 @@ def run_one(cfg: FinetuneConfig, *, load: Callable[..., nn.Module] | None = None
     if earlier is not None:
         return earlier
     resume = folder.resumes()
-    settings = cfg.settings(task)
+    settings = cfg.settings(task, BertConfig.load(cfg.model_dir).max_position_embeddings)
     tokenizer = BertTokenizer.from_pretrained(cfg.model_dir)
     data = prepare_data(task, cfg, tokenizer, settings)  # bad data fails before anything is written
     with folder.claimed():
