@@ -1,16 +1,20 @@
-"""`bertkit study`: the long, resumable studies (the pre-training budget curve)."""
+"""`bertkit study`: the long, resumable studies (the pre-training budget curve and its recipes;
+the learning curve): argv -> one request dataclass -> one call."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import types
 from pathlib import Path
 
 from bertkit.cli.common import data_root
 from bertkit.config import PRESETS
 from bertkit.runs.pretrain_recipes import RECIPES, recipe_help
+from bertkit.studies.learning_curve import study as learning_curve
 from bertkit.studies.pretraining import cooldown, curve, curve_finetune, recipes
-from bertkit.studies.pretraining.study import DEFAULT_WORK, DEFAULTS, STUDIES, StudyRequest, run_study
+from bertkit.studies.pretraining.study import DEFAULT_WORK, DEFAULTS, StudyRequest, run_study
 from bertkit.tasks.glue import GLUE_TASKS
 
 log = logging.getLogger(__name__)
@@ -19,19 +23,26 @@ log = logging.getLogger(__name__)
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "study", help="long, resumable studies (the pre-training budget curve, its recipes)",
+        "study", help="long, resumable studies (the pre-training budget curve, its recipes, "
+        "learning curves)",
         description="Start or continue a study: the same command continues where the last "
         "sitting stopped, and prints the status first. `pretrain-curve`: one pre-training run on "
         "book text, exported at budgets of its own CPU-hours, each point fine-tuned against the "
         "same architecture from random initialization (docs/reports/pretraining.md). "
         "`pretrain-recipes`: the curve's recipe and one-change variants of it (--variants), "
-        "each pre-trained for one fixed budget (--budget) and fine-tuned the same way.")
-    p.add_argument("name", choices=STUDIES)
-    _sitting_options(p.add_argument_group("the sitting"))
-    _point_options(p.add_argument_group("fine-tuning and branching the points (pretrain-curve)"))
-    _recipe_options(p.add_argument_group("the pre-training recipe"))
-    _fixed_budget_options(p.add_argument_group("pretrain-recipes"))
-    p.set_defaults(func=run)
+        "each pre-trained for one fixed budget (--budget) and fine-tuned the same way. "
+        "`learning-curve`: fine-tuning against frozen features, each model beside its "
+        "random-init twin, by labelled examples (docs/reports/learning-curve.md).")
+    studies = p.add_subparsers(dest="name", metavar="STUDY", required=True)
+    for name, what in (("pretrain-curve", "the pre-training budget curve"),
+                       ("pretrain-recipes", "the curve's recipe and one-change variants of it")):
+        q = studies.add_parser(name, help=what, description=p.description)
+        _sitting_options(q.add_argument_group("the sitting"))
+        _point_options(q.add_argument_group("fine-tuning and branching the points (pretrain-curve)"))
+        _recipe_options(q.add_argument_group("the pre-training recipe"))
+        _fixed_budget_options(q.add_argument_group("pretrain-recipes"))
+        q.set_defaults(func=run)
+    _learning_curve_parser(studies)
 
 
 def _sitting_options(p: argparse._ArgumentGroup) -> None:
@@ -128,3 +139,60 @@ def _fixed_budget_options(p: argparse._ArgumentGroup) -> None:
 def run(args: argparse.Namespace) -> int:
     fields = {f: getattr(args, f) for f in StudyRequest.__dataclass_fields__ if f != "data_dir"}
     return run_study(StudyRequest(**fields, data_dir=lambda: data_root(args.data)))
+
+
+def _learning_curve_parser(studies: argparse._SubParsersAction) -> None:
+    defaults = types.SimpleNamespace(**{f.name: f.default for f in dataclasses.fields(
+        learning_curve.LearningCurveRequest)})  # the defaults, defined once in the library
+    p = studies.add_parser(
+        "learning-curve", help="fine-tuning against frozen features, by labelled examples",
+        description="With N labels, fine-tune or use frozen features, and does pre-training help? "
+        "Each --model and its random-init twin (same architecture and vocabulary, random "
+        "weights), each approach (fine-tuned with the task's recipe at a rate chosen on a seed "
+        "not reported; frozen mean-pooled vectors into logistic or ridge regression, "
+        "regularized by cross-validation on the subset), at each label count (the first N of a "
+        "seeded shuffle of the training set) and seed, scored on dev. One record a run in "
+        "WORK/runs.jsonl: the same command continues, and a second worker shares the runs.")
+    p.add_argument("task", metavar="TASK", choices=GLUE_TASKS,
+                   help=f"a GLUE task: {', '.join(GLUE_TASKS)}")
+    p.add_argument("--data", type=Path, default=None, metavar="DIR",
+                   help="folder with glue/ (default: $BERTKIT_DATA, else ../shared/data)")
+    p.add_argument("--model", dest="models", action="append", default=None, metavar="[NAME=]PATH",
+                   help="a model folder (repeat for more); named after its folder unless NAME= is given")
+    p.add_argument("--sizes", default=defaults.sizes, metavar="LIST",
+                   help="label counts, rising, `all` for the whole training set")
+    p.add_argument("--approach", default=defaults.approach, metavar="LIST",
+                   help="finetune, frozen or both")
+    p.add_argument("--seeds", type=int, default=defaults.seeds, help="reported seeds per cell")
+    p.add_argument("--work", type=Path, default=None, metavar="DIR",
+                   help=f"the study's folder (default: {learning_curve.DEFAULT_WORK}/"
+                   f"{learning_curve.NAME}-TASK)")
+    p.add_argument("--max-seq-length", type=int, default=defaults.max_seq_length)
+    p.add_argument("--dev-examples", type=int, default=None, metavar="N",
+                   help="score on the first N dev examples (default: all)")
+    p.add_argument("--lr-grid", type=_rates, default=defaults.lr_grid, metavar="LIST",
+                   help="fine-tuning rates, one chosen per model and label count (default: "
+                   f"{','.join(f'{lr:g}' for lr in defaults.lr_grid)})")
+    p.add_argument("--epochs", type=float, default=defaults.epochs)
+    p.add_argument("--min-steps", type=int, default=defaults.min_steps,
+                   help="fine-tuning's floor of optimizer steps (a small subset trains more epochs)")
+    p.add_argument("--threads", type=int, default=defaults.threads, help="torch threads")
+    p.add_argument("--status", action="store_true", help="print the tables of what is recorded")
+    p.add_argument("--report", type=Path, default=None, metavar="DIR",
+                   help="write DIR/learning-curve.md (TASK's block; or learning-curve-TASK.md) "
+                   "with its PNG and records, and stop")
+    p.set_defaults(func=run_learning_curve)
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of rates: {text!r}") from None
+
+
+def run_learning_curve(args: argparse.Namespace) -> int:
+    fields = {f: getattr(args, f) for f in learning_curve.LearningCurveRequest.__dataclass_fields__
+              if f != "data_dir"}
+    return learning_curve.run_learning_curve(learning_curve.LearningCurveRequest(
+        **{**fields, "models": tuple(args.models or ())}, data_dir=lambda: data_root(args.data)))

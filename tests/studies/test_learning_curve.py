@@ -1,0 +1,152 @@
+"""`bertkit study learning-curve`: the statistics and crossovers on known inputs, a whole tiny
+curve through the command (records, report, resume), and its one-line refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.cli.main import main
+from bertkit.studies.learning_curve import finetune as lc_finetune
+from bertkit.studies.learning_curve import frozen as lc_frozen
+from bertkit.studies.learning_curve import plan
+from bertkit.studies.learning_curve.stats import Cell, crossover_lines, crossovers, sustained_from
+from tests.helpers import small_glue
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory, minilm_path) -> Path:
+    """A randomly initialized 1-layer BERT with MiniLM's vocabulary."""
+    from bertkit.config import BertConfig
+    from bertkit.model import BertModel
+    from bertkit.tokenization import BertTokenizer
+
+    path = tmp_path_factory.mktemp("lc") / "tiny"
+    torch.manual_seed(0)
+    BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=64)).save_pretrained(path)
+    BertTokenizer.from_pretrained(minilm_path).save_pretrained(path)
+    return path
+
+
+def test_a_cell_has_the_median_quartiles_mean_and_standard_error_of_its_seeds():
+    cell = Cell("m", "frozen", 50, (1.0, 2.0, 3.0, 4.0, 10.0), collapsed=1)
+    assert cell.median == 3.0 and cell.iqr == (2.0, 4.0) and cell.mean == 4.0
+    assert cell.se == pytest.approx(np.std([1, 2, 3, 4, 10], ddof=1) / math.sqrt(5))
+    assert Cell("m", "frozen", 50, (7.0,)).se == 0.0
+
+
+def test_sustained_from_is_the_first_count_it_holds_at_from_there_on():
+    assert sustained_from({50: False, 100: True, 300: True}) == 100
+    assert sustained_from({50: True, 100: False, 300: True}) == 300
+    assert sustained_from({50: True, 100: True}) == 50
+    assert sustained_from({50: True, 100: False}) is None
+
+
+def cells_of(table: dict[tuple[str, str, int], tuple[float, ...]]) -> dict:
+    return {key: Cell(*key, scores) for key, scores in table.items()}
+
+
+def test_crossovers_on_constructed_curves():
+    # fine-tuning below frozen at 50, above from 100; the fine-tuned gain over the twin large
+    # at 50 and 100, inside 2 SE at 300; the frozen gain never inside
+    cells = cells_of({
+        ("m", "finetune", 50): (60, 61, 62), ("m", "frozen", 50): (70, 71, 72),
+        ("m", "finetune", 100): (80, 81, 82), ("m", "frozen", 100): (75, 76, 77),
+        ("m", "finetune", 300): (85, 86, 87), ("m", "frozen", 300): (78, 79, 80),
+        ("m-random", "finetune", 50): (50, 51, 52), ("m-random", "frozen", 50): (55, 55.5, 56),
+        ("m-random", "finetune", 100): (60, 61, 62), ("m-random", "frozen", 100): (56, 57, 58),
+        ("m-random", "finetune", 300): (80, 86, 92), ("m-random", "frozen", 300): (57, 58, 59)})
+    found = crossovers(cells, "m", "m-random")
+    assert found.finetune_ahead == 100 and found.ahead_sizes == (50, 100, 300)
+    assert found.gain_inside == {"finetune": 300, "frozen": None}
+    lines = crossover_lines(found)
+    assert "fine-tuning overtakes frozen features at 100 labels" in lines[0]
+    assert "falls inside 2 standard errors at 300 labels" in lines[1]
+    assert "stays outside 2 standard errors up to 300 labels" in lines[2]
+    never = crossovers(cells_of({("m", "finetune", 50): (1, 2), ("m", "frozen", 50): (5, 6)}),
+                       "m", "m-random")
+    assert never.finetune_ahead is None and never.gain_inside == {}
+    assert "no crossover yet" in crossover_lines(never)[0]
+
+
+def test_subsets_are_nested_and_the_same_for_every_model_at_a_seed():
+    small, large = plan.subset_indices(100, 10, 3), plan.subset_indices(100, 30, 3)
+    assert list(large[:10]) == list(small) and len(set(large)) == 30
+    assert list(plan.subset_indices(100, 10, 4)) != list(small)
+
+
+def study(tmp_path: Path, data: Path, model: Path, *extra: str) -> int:
+    return main(["study", "learning-curve", "sst2", "--data", str(data), "--model",
+                 f"tiny={model}", "--sizes", "16,32", "--seeds", "2", "--work",
+                 str(tmp_path / "work"), "--max-seq-length", "32", "--lr-grid", "1e-4,1e-3",
+                 "--min-steps", "3", *extra])
+
+
+def test_a_tiny_curve_records_every_run_reports_and_resumes(shared_data, tmp_path, tiny_model,
+                                                           monkeypatch, capsys):
+    data = small_glue(shared_data, tmp_path / "data", train=64, dev=40)
+    assert study(tmp_path, data, tiny_model) == 0
+    records = [json.loads(line) for line in (tmp_path / "work" / "runs.jsonl").read_text().splitlines()]
+    # frozen: 2 variants x 2 sizes x 2 seeds; fine-tuning: 2 rates + 2 seeds per variant and size
+    assert len(records) == 8 + 16
+    assert {r["variant"] for r in records} == {"tiny", "tiny-random"}
+    reported = [r for r in records if r["approach"] == "finetune" and not r["selection"]]
+    assert all(r["lr"] in (1e-4, 1e-3) and "collapsed" in r for r in reported)
+    # the selection seed's subset is not a reported one, and the same subset for both variants
+    assert {r["seed"] for r in records if r["selection"]} == {100}
+    assert not list((tmp_path / "work").glob("runs/*"))  # (fine-tuned folders deleted)
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("a recorded run ran again")
+
+    monkeypatch.setattr(lc_finetune, "finetune_run", no_run)
+    monkeypatch.setattr("bertkit.studies.learning_curve.study.finetune_run", no_run)
+    monkeypatch.setattr(lc_frozen, "frozen_run", no_run)
+    capsys.readouterr()
+    assert study(tmp_path, data, tiny_model) == 0
+    assert "| tiny | fine-tuned |" in capsys.readouterr().out
+    assert study(tmp_path, data, tiny_model, "--report", str(tmp_path / "report")) == 0
+    page = (tmp_path / "report" / "learning-curve-sst2.md").read_text()
+    assert "Crossovers:" in page and "tiny-random" in page
+    assert (tmp_path / "report" / "learning-curve-sst2.json").is_file()
+    assert (tmp_path / "report" / "learning-curve-sst2.png").is_file()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--approach", "frozen,linear"], "one or both of finetune, frozen"),
+    (["--sizes", "100,50"], "distinct label counts, rising"),
+    (["--sizes", "50,x"], "is not a label count"),
+    (["--sizes", "all,50"], "'all' last"),
+    (["--seeds", "0"], "--seeds must be >= 1"),
+    (["--lr-grid", "0"], "--lr-grid: one or more distinct rates > 0"),
+    (["--sizes", "500"], "holds 64 training examples"),
+    (["--model", "other=x", "--model", "other=y"], "two models named other"),
+    (["--dev-examples", "0"], "--dev-examples must be >= 1"),
+])
+def test_bad_options_are_one_line_before_anything_is_written(shared_data, tmp_path, tiny_model,
+                                                             capsys, args, says):
+    data = small_glue(shared_data, tmp_path / "data", train=64, dev=40)
+    model = [] if "--model" in args else ["--model", str(tiny_model)]
+    assert main(["study", "learning-curve", "sst2", "--data", str(data), "--work",
+                 str(tmp_path / "work"), *model, *args]) == 1
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "work").exists()
+
+
+def test_no_model_and_another_recipe_are_refused(shared_data, tmp_path, tiny_model, capsys):
+    data = small_glue(shared_data, tmp_path / "data", train=64, dev=40)
+    assert main(["study", "learning-curve", "sst2", "--data", str(data)]) == 1
+    assert "give --model PATH" in capsys.readouterr().err
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "study.json").write_text(json.dumps({"recipe": {"task": "sst2"}}))
+    assert study(tmp_path, data, tiny_model) == 1
+    assert "made with other settings" in capsys.readouterr().err
