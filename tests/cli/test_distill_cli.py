@@ -12,7 +12,7 @@ from bertkit.cli.main import main
 from bertkit.heads import BertForQuestionAnswering
 from bertkit.io import LOCK_FILE
 from bertkit.serve.models import load_model
-from tests.training.test_distill import make_teacher, write_squad, write_sst2
+from tests.runs.test_distill import make_teacher, write_squad, write_sst2
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
