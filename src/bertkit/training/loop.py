@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from bertkit.errors import BertkitError
-from bertkit.io import atomic_write_text, lock_output_dir, progress_bar
+from bertkit.io import atomic_write_text, lock_output_dir, progress_bar, writing
 from bertkit.training import distributed as dist_utils
 from bertkit.training.config import StepSchedule, TrainConfig  # TrainConfig: also imported from here
 from bertkit.training.hardware import resolve_device, resolve_precision
@@ -362,7 +362,9 @@ def _maybe_log_and_eval(run: Run, window: Window, evaluate, schedule: StepSchedu
 def _log(run: Run, record: dict[str, Any]) -> dict[str, Any]:
     """Append one JSON line to metrics.jsonl (rank 0) and return the record."""
     if run.main:
-        with open(Path(run.config.output_dir) / METRICS_FILE, "a", encoding="utf-8") as f:
+        path = Path(run.config.output_dir) / METRICS_FILE
+        # a line cut by a full disk is dropped on resume (runtime.truncate_metrics)
+        with writing(path), open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
         if not run.config.progress:
             log.info(" ".join(f"{k}={_fmt(v)}" for k, v in record.items()))
