@@ -126,7 +126,7 @@ class FinetuneConfig:
             if self.max_seq_length is not None:
                 raise BertkitError(f"--max-seq-length {length} is beyond the model's {positions} "
                                    f"positions (max_position_embeddings); use at most {positions}")
-            log.info("%s's default length %d cut to the model's %d positions", task.name,
+            log.debug("%s's default length %d cut to the model's %d positions", task.name,
                      length, positions)
             length, stride = positions, min(stride, positions // 2)
         return FeatureSettings(max_seq_length=length, doc_stride=stride,
