@@ -34,12 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="texts the input ranges are measured on (at most half the file)")
     p.add_argument("--held-out-texts", type=int, default=1000,
                    help="texts the drift is measured on (the ones after the calibration texts)")
-    p.add_argument("--alpha", type=float, default=0.5, help="SmoothQuant's migration strength")
+    p.add_argument("--alpha", type=float, default=0.75, help="SmoothQuant's migration strength")
     p.add_argument("--smooth", type=_kinds, default=tuple(LINEAR_KINDS),
-                   help=f"comma-separated layer kinds to smooth ({kinds}; default all)")
+                   help=f"comma-separated layer kinds to smooth ({kinds}; default all) or "
+                   "layer names (layers.0.ffn.up)")
     p.add_argument("--keep-fp32", type=_kinds, default=("ffn_output",),
                    help=f"comma-separated layer kinds left in fp32 ({kinds}; '' for none; "
-                   "default ffn_output)")
+                   "default ffn_output) or layer names (layers.0.ffn.down)")
     p.add_argument("--max-length", type=int, help="tokens per text (default: the model's)")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=0, help="the shuffle before the split")

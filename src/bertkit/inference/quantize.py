@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import logging
 import random
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ from bertkit.training.hardware import cpu_info
 log = logging.getLogger("bertkit")
 
 MARKER = "quantize.json"  # the settings of the run that wrote the folder (claim_output_dir)
+LAYER_NAME = re.compile(r"layers\.\d+\.(" + "|".join(re.escape(v) for v in LINEAR_KINDS.values()) + ")")
 MIN_HELD_OUT = 16  # fewer held-out texts would make the drift figure noise
 
 
@@ -54,9 +56,11 @@ class QuantizeConfig:
     column: str = "text"
     calibration_texts: int = 256
     held_out_texts: int = 1000
-    alpha: float = 0.5  # SmoothQuant's migration strength
-    smooth: tuple[str, ...] = tuple(LINEAR_KINDS)  # the kinds smoothed (all by default)
-    keep_fp32: tuple[str, ...] = ("ffn_output",)  # the kinds left in fp32
+    alpha: float = 0.75  # SmoothQuant's migration strength (0.75 measured best on MiniLM)
+    # the layers smoothed and the layers left in fp32: kinds (LINEAR_KINDS, every layer's) or
+    # module names (layers.0.ffn.down); the kept ones are never smoothed
+    smooth: tuple[str, ...] = tuple(LINEAR_KINDS)
+    keep_fp32: tuple[str, ...] = ("ffn_output",)
     max_length: int | None = None
     batch_size: int = 32
     seed: int = 0
@@ -64,10 +68,10 @@ class QuantizeConfig:
 
     def __post_init__(self) -> None:
         for flag, kinds in (("--smooth", self.smooth), ("--keep-fp32", self.keep_fp32)):
-            unknown = [k for k in kinds if k not in LINEAR_KINDS]
+            unknown = [k for k in kinds if k not in LINEAR_KINDS and not LAYER_NAME.fullmatch(k)]
             if unknown:
                 raise BertkitError(f"{flag}: unknown layer kind {unknown[0]!r} (expected "
-                                   f"{', '.join(LINEAR_KINDS)})")
+                                   f"{', '.join(LINEAR_KINDS)}, or a name like layers.0.ffn.down)")
         if not 0.0 <= self.alpha <= 1.0:
             raise BertkitError(f"--alpha must be in [0, 1], got {self.alpha}")
         if self.calibration_texts < 1:
@@ -122,14 +126,27 @@ def calibrate(fp32: Encoder, texts: list[str], cfg: QuantizeConfig) -> Int8Recip
     """The recipe: the `keep_fp32` kinds left fp32, the `smooth` kinds smoothed with scales from
     the input ranges the fp32 model shows on `texts`."""
     model = fp32.model
-    keep = linear_names(model, cfg.keep_fp32)
-    smoothed = [n for n in linear_names(model, cfg.smooth) if n not in keep]
+    keep = chosen_layers(model, cfg.keep_fp32)
+    smoothed = [n for n in chosen_layers(model, cfg.smooth) if n not in keep]
     if not smoothed:
         return Int8Recipe(keep_fp32=tuple(keep))
     with InputRanges(model, smoothed) as ranges:
         fp32.encode(texts, batch_size=cfg.batch_size)
     scales = smoothing_scales(model, ranges.max, cfg.alpha)
     return Int8Recipe(keep_fp32=tuple(keep), alpha=cfg.alpha, scales=scales)
+
+
+def chosen_layers(model: torch.nn.Module, spec: tuple[str, ...]) -> list[str]:
+    """The Linear layers a `--smooth` / `--keep-fp32` list names (kinds or module names)."""
+    names = linear_names(model)
+    kinds = tuple(k for k in spec if k in LINEAR_KINDS)
+    picked = set(linear_names(model, kinds)) if kinds else set()
+    for name in spec:
+        if name not in LINEAR_KINDS:
+            if name not in names:
+                raise BertkitError(f"no layer {name!r} in this {len(model.layers)}-layer model")
+            picked.add(name)
+    return [n for n in names if n in picked]
 
 
 def measure_drift(fp32: Encoder, int8: Encoder, texts: list[str], source: str,
