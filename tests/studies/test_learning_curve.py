@@ -12,10 +12,9 @@ import pytest
 import torch
 
 from bertkit.cli.main import main
+from bertkit.studies import frozen as lc_frozen
+from bertkit.studies.label_curve import Cell, crossover_lines, crossovers, subset_indices, sustained_from
 from bertkit.studies.learning_curve import finetune as lc_finetune
-from bertkit.studies.learning_curve import frozen as lc_frozen
-from bertkit.studies.learning_curve import plan
-from bertkit.studies.learning_curve.stats import Cell, crossover_lines, crossovers, sustained_from
 from tests.helpers import small_glue
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -78,9 +77,9 @@ def test_crossovers_on_constructed_curves():
 
 
 def test_subsets_are_nested_and_the_same_for_every_model_at_a_seed():
-    small, large = plan.subset_indices(100, 10, 3), plan.subset_indices(100, 30, 3)
+    small, large = subset_indices(100, 10, 3), subset_indices(100, 30, 3)
     assert list(large[:10]) == list(small) and len(set(large)) == 30
-    assert list(plan.subset_indices(100, 10, 4)) != list(small)
+    assert list(subset_indices(100, 10, 4)) != list(small)
 
 
 def study(tmp_path: Path, data: Path, model: Path, *extra: str) -> int:

@@ -17,12 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.io import atomic_write_text
 from bertkit.studies import pipeline
+from bertkit.studies.label_curve import subset_indices, write_subset
 from bertkit.tasks import get_task
 from bertkit.tasks.glue import GLUE_TASKS, TextExample
 from bertkit.tokenization import BertTokenizer
@@ -168,13 +166,6 @@ def resolve_sizes(sizes: Sequence[int | str], n_train: int, train_file: str) -> 
     return sorted(set(counts))
 
 
-def subset_indices(n_train: int, size: int, seed: int) -> np.ndarray:
-    """The first `size` of the training set's shuffle by `seed` (one per seed, whatever the
-    model and approach, so every variant sees the same labelled examples)."""
-    order = np.random.default_rng(seed).permutation(n_train)
-    return order[:size]
-
-
 def read_examples(task: str, path: str | Path, limit: int | None = None) -> list[TextExample]:
     examples = get_task(task).read(Path(path))
     if not examples:
@@ -184,16 +175,10 @@ def read_examples(task: str, path: str | Path, limit: int | None = None) -> list
 
 def subset_file(recipe: Recipe, examples: Sequence[TextExample], size: int, seed: int,
                 folder: Path) -> Path:
-    """The subset as a training file of the task's own format (its header, then the subset's
-    lines as they are in the training file), written once (atomically) under `folder`."""
+    """The subset of `size` at `seed` as a training file, written once under `folder`."""
     path = folder / f"{recipe.task}-n{size}-s{seed}.tsv"
-    if path.is_file():
-        return path
-    lines = Path(recipe.train_file).read_text(encoding="utf-8").splitlines()
-    numbers = [int(examples[i].where.rpartition(":")[2]) for i in subset_indices(len(examples), size, seed)]
-    first = min(int(e.where.rpartition(":")[2]) for e in examples[:1])
-    header = lines[:first - 1]  # the lines above the first example: the header row, where one is
-    atomic_write_text(path, "\n".join([*header, *(lines[n - 1] for n in numbers)]) + "\n")
+    if not path.is_file():
+        write_subset(Path(recipe.train_file), examples, subset_indices(len(examples), size, seed), path)
     return path
 
 

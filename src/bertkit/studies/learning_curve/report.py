@@ -11,9 +11,19 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.io import atomic_write_text
+from bertkit.studies.label_curve import (
+    Cell,
+    cells_table,
+    collect_cells,
+    crossover_lines,
+    crossovers,
+    gain,
+    mean_text,
+    median_text,
+    plot_cells,
+)
 from bertkit.studies.learning_curve.plan import RANDOM_SUFFIX
-from bertkit.studies.learning_curve.stats import Cell, collect_cells, crossover_lines, crossovers, gain
-from bertkit.studies.report import check_report_target, markdown_table, pyplot, save_figure, write_block
+from bertkit.studies.report import check_report_target, markdown_table, write_block
 
 APPROACH_NAMES = {"finetune": "fine-tuned", "frozen": "frozen features + linear"}
 Cells = Mapping[tuple[str, str, int], Cell]
@@ -31,20 +41,7 @@ def rows_of(cells: Cells, models: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def pivot(cells: Cells, models: Sequence[str], text) -> str:
-    sizes = sorted({s for (_, _, s) in cells})
-    table = [[v, APPROACH_NAMES[a], *(text(cells[(v, a, s)]) if (v, a, s) in cells else "—"
-                                      for s in sizes)] for v, a in rows_of(cells, models)]
-    return markdown_table(["model", "approach", *(f"{s:,}" for s in sizes)], table)
-
-
-def median_text(cell: Cell) -> str:
-    q1, q3 = cell.iqr
-    return f"{cell.median:.1f} [{q1:.1f}, {q3:.1f}]"
-
-
-def mean_text(cell: Cell) -> str:
-    flag = f" ({cell.collapsed} collapsed)" if cell.collapsed else ""
-    return f"{cell.mean:.1f} ± {cell.se:.1f}, n={len(cell.scores)}{flag}"
+    return cells_table(cells, rows_of(cells, models), lambda v, a: (v, APPROACH_NAMES[a]), text)
 
 
 def gain_table(cells: Cells, models: Sequence[str]) -> str:
@@ -82,31 +79,10 @@ def report_markdown(records: Sequence[Mapping[str, Any]], metric: str) -> str:
 
 
 def plot_curve(records: Sequence[Mapping[str, Any]], png: Path, title: str) -> Path | None:
-    """Median score against labels (log scale), the interquartile range as bars: one line per
-    model x approach, a model's twin dashed in the same colour."""
-    plt = pyplot()
+    """Median score against labels (log scale), one line per model x approach (`plot_cells`)."""
     cells, models = collect_cells(records), models_of(records)
-    if plt is None or not cells:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, m in enumerate(models):
-        for v, a in rows_of(cells, [m]):
-            line = sorted((s, c) for (vv, aa, s), c in cells.items() if (vv, aa) == (v, a))
-            x = [s for s, _ in line]
-            y = [c.median for _, c in line]
-            err = [[c.median - c.iqr[0] for _, c in line], [c.iqr[1] - c.median for _, c in line]]
-            ax.errorbar(x, y, yerr=err, capsize=3, color=colours[i % len(colours)],
-                        ls="--" if v != m else "-", marker="o" if a == "finetune" else "s",
-                        label=f"{v}, {APPROACH_NAMES[a]}")
-    sizes = sorted({s for (_, _, s) in cells})
-    ax.set(xscale="log", xlabel="labelled training examples", ylabel="dev score (median, IQR)",
-           title=title)
-    ax.set_xticks(sizes, [f"{s:,}" for s in sizes])
-    ax.minorticks_off()
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return save_figure(fig, plt, png)
+    lines = [(v, a, i, v == m) for i, m in enumerate(models) for v, a in rows_of(cells, [m])]
+    return plot_cells(cells, lines, lambda v, a: f"{v}, {APPROACH_NAMES[a]}", png, title)
 
 
 def report_names(task: str) -> tuple[str, str, str]:

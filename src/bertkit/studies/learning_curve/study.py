@@ -25,8 +25,9 @@ import torch
 
 from bertkit.errors import BertkitError
 from bertkit.io import atomic_write_json, read_json_object
-from bertkit.studies import pipeline
-from bertkit.studies.learning_curve import frozen, plan
+from bertkit.studies import frozen, pipeline
+from bertkit.studies.label_curve import subset_indices
+from bertkit.studies.learning_curve import plan
 from bertkit.studies.learning_curve.finetune import choose_lr, finetune_run
 from bertkit.studies.learning_curve.plan import APPROACHES, Recipe, Run, Variant
 from bertkit.studies.learning_curve.report import report_markdown, write_report
@@ -155,7 +156,7 @@ class Measure:
         variant = self.variants[run.variant]
         if run.approach == "frozen":
             return frozen.frozen_run(self.recipe.task, *self.features(variant),
-                                     plan.subset_indices(len(self.train), run.size, run.seed), run.seed)
+                                     subset_indices(len(self.train), run.size, run.seed), run.seed)
         train_file = (Path(self.recipe.train_file) if run.size == len(self.train) else
                       plan.subset_file(self.recipe, self.train, run.size, run.seed, self.work / "subsets"))
         return finetune_run(self.recipe, variant.path, train_file, run, lr, self.work / "runs" / run.key)

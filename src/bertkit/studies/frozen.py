@@ -1,11 +1,11 @@
-"""The frozen-feature approach: the model held at its weights, a mean-pooled vector per text
-(fp32, batch-invariant: a text's vector is the same whatever else is encoded with it), and a
-linear model on top whose regularization is chosen by cross-validation on the labelled subset
-alone: logistic regression for a classification task, ridge regression for a regression task.
+"""The frozen-feature approach of the learning curves (`learning_curve`, the demo's): the
+model held at its weights, a mean-pooled vector per text (fp32, batch-invariant: a text's
+vector is the same whatever else is encoded with it), and a linear model on top whose
+regularization is chosen by cross-validation on the labelled subset alone: logistic regression
+for a classification task, ridge regression for a regression task.
 
 A variant's vectors are computed once per text and kept under WORK/features/, so that every
-size and seed reads them instead of encoding again.
-"""
+size and seed reads them instead of encoding again."""
 
 from __future__ import annotations
 

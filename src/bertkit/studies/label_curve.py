@@ -1,19 +1,43 @@
-"""The curve's numbers: per cell (variant x approach x label count) the median and interquartile
-range over seeds (fine-tuning on few labels is seed-sensitive: the median, not the best, says
-what a user should expect) and the mean with its standard error; the gain of each model over
-its random twin (Welch's standard error: the seeds of the two are independent runs); and the
-two crossovers a user asks about (`crossovers`)."""
+"""What every learning curve over label counts shares (`learning_curve`, the demo's small
+one): the labelled subsets (`subset_indices`) and the numbers. Per cell (variant x approach x
+label count) the median and interquartile range over seeds (fine-tuning on few labels is
+seed-sensitive: the median, not the best, says what a user should expect) and the mean with its
+standard error; the gain of each model over its random twin (Welch's standard error: the seeds
+of the two are independent runs); and the two crossovers a user asks about (`crossovers`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bertkit.io import atomic_write_text
 from bertkit.metrics import mean_std
+from bertkit.studies.report import markdown_table, pyplot, save_figure
+from bertkit.tasks.glue import TextExample
+
+
+def subset_indices(n_train: int, size: int, seed: int) -> np.ndarray:
+    """The first `size` of the training set's shuffle by `seed` (one per seed, whatever the
+    model and approach, so every variant sees the same labelled examples)."""
+    order = np.random.default_rng(seed).permutation(n_train)
+    return order[:size]
+
+
+def write_subset(train_file: Path, examples: Sequence[TextExample], indices: Sequence[int],
+                 path: Path) -> Path:
+    """The examples at `indices` as a training file of the task's own line-per-example format
+    (the lines above the first example, its header row where it has one, then each chosen
+    example's line as it is in `train_file`), written atomically."""
+    lines = train_file.read_text(encoding="utf-8").splitlines()
+    first = int(examples[0].where.rpartition(":")[2])
+    numbers = [int(examples[i].where.rpartition(":")[2]) for i in indices]
+    atomic_write_text(path, "\n".join([*lines[:first - 1], *(lines[n - 1] for n in numbers)]) + "\n")
+    return path
 
 
 @dataclass(frozen=True)
@@ -131,3 +155,60 @@ def crossover_lines(found: Crossovers) -> list[str]:
             f"{found.model} ({what}): the gain over random init falls inside 2 standard errors at "
             f"{at:,} labels (and stays inside to {measured[-1]:,})")
     return lines
+
+
+Cells = Mapping[tuple[str, str, int], Cell]
+RowName = Callable[[str, str], tuple[str, ...]]
+
+
+def median_text(cell: Cell) -> str:
+    """"84.2 [83.1, 85.0]": the median and the 25th and 75th percentiles."""
+    q1, q3 = cell.iqr
+    return f"{cell.median:.1f} [{q1:.1f}, {q3:.1f}]"
+
+
+def mean_text(cell: Cell) -> str:
+    """"84.0 ± 0.6, n=5 (1 collapsed)"."""
+    flag = f" ({cell.collapsed} collapsed)" if cell.collapsed else ""
+    return f"{cell.mean:.1f} ± {cell.se:.1f}, n={len(cell.scores)}{flag}"
+
+
+def cells_table(cells: Cells, rows: Sequence[tuple[str, str]], name: RowName,
+                text: Callable[[Cell], str]) -> str:
+    """A Markdown table: one row per (variant, approach) of `rows`, named by `name` (the first
+    columns), one column per label count, each cell `text(cell)`."""
+    sizes = sorted({s for (_, _, s) in cells})
+    table = [[*name(v, a), *(text(cells[(v, a, s)]) if (v, a, s) in cells else "—" for s in sizes)]
+             for v, a in rows]
+    header = ["model", "approach"][:len(name(*rows[0]))] if rows else ["model"]
+    return markdown_table([*header, *(f"{s:,}" for s in sizes)], table)
+
+
+def plot_cells(cells: Cells, lines: Sequence[tuple[str, str, int, bool]],
+               label: Callable[[str, str], str], png: Path, title: str) -> Path | None:
+    """Median score against labels (log scale), the interquartile range as bars: one line per
+    (variant, approach, colour, pre-trained) of `lines`, fine-tuned with circles, frozen with
+    squares, a random twin dashed in its model's colour."""
+    plt = pyplot()
+    if plt is None or not cells:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for variant, approach, colour, pretrained in lines:
+        points = sorted((s, c) for (v, a, s), c in cells.items() if (v, a) == (variant, approach))
+        if not points:
+            continue
+        medians = [c.median for _, c in points]
+        err = [[m - c.iqr[0] for m, (_, c) in zip(medians, points)],
+               [c.iqr[1] - m for m, (_, c) in zip(medians, points)]]
+        ax.errorbar([s for s, _ in points], medians, yerr=err, capsize=3,
+                    color=colours[colour % len(colours)], ls="-" if pretrained else "--",
+                    marker="o" if approach == "finetune" else "s", label=label(variant, approach))
+    sizes = sorted({s for (_, _, s) in cells})
+    ax.set(xscale="log", xlabel="labelled training examples", ylabel="dev score (median, IQR)",
+           title=title)
+    ax.set_xticks(sizes, [f"{s:,}" for s in sizes])
+    ax.minorticks_off()
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return save_figure(fig, plt, png)
