@@ -12,11 +12,13 @@ $(STAMP): pyproject.toml
 	# torch first, pinned: an unpinned torch pulls several GB of CUDA wheels.
 	$(BIN)/python -m pip install "torch==2.13.0"
 	$(BIN)/python -m pip install -e ".[test]"
-	# the explorer page's browser test (tests/serve) drives Debian's headless Chromium; where
-	# apt-get cannot install it (no root), the test skips and says why (in CI it fails instead)
-	(command -v chromium && command -v chromedriver) >/dev/null || (apt-get update && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver) \
-		|| echo "note: headless Chromium could not be installed; the browser test will skip"
+	# the explorer page's browser test (tests/serve) drives Debian's headless Chromium, and the
+	# features guide's R block runs in R (r-base-core); where apt-get cannot install them (no
+	# root), those tests skip and say why (in CI they fail instead)
+	(command -v chromium && command -v chromedriver && command -v Rscript) >/dev/null || \
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+		--no-install-recommends chromium chromium-driver r-base-core) \
+		|| echo "note: headless Chromium or R could not be installed; their tests will skip"
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -7,8 +7,9 @@
   sentence-transformers folder's own pooling wins when it names one), fp32 and batch-invariant,
   so a text's vector is the same whatever else is in the call.
 - `BertClassifier` / `BertRegressor`: fine-tune the whole BERT with bertkit's own fine-tuning
-  (`bertkit finetune custom`: the paper's recipe, seeded), then `predict` / `predict_proba` /
-  `score` as any scikit-learn estimator. Each `fit` writes its run folder (the fine-tuned model
+  (`bertkit finetune custom`: the paper's recipe, seeded; `max_length` None: 128 tokens, or the
+  model's positions when it has fewer), then `predict` / `predict_proba` / `score` as any
+  scikit-learn estimator. Each `fit` writes its run folder (the fine-tuned model
   in Hugging Face's layout) under `output_dir`, a new folder per fit.
 
 Texts come as a sequence of strings (a list, a 1-D array, a pandas Series), or as pairs: a 2-D
@@ -152,7 +153,7 @@ class _FineTuned(BaseEstimator):
     _regression = False
 
     def __init__(self, model: str | Path | None = None, lr: float = 2e-5, epochs: float = 3.0,
-                 batch_size: int = 32, max_length: int = 128, seed: int = 0,
+                 batch_size: int = 32, max_length: int | None = None, seed: int = 0,
                  dropout: float | None = None, precision: str = "fp32",
                  output_dir: str | Path | None = None, threads: int | None = None,
                  progress: bool = False):

@@ -2,9 +2,9 @@
 `$ ` line of its console blocks runs in bash (with `my-bert` a tiny model), then its Python
 blocks run in that folder (the pandas one where pandas is installed)."""
 
-import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +15,7 @@ import torch
 from bertkit.config import BertConfig
 from bertkit.model import BertModel
 from bertkit.tokenization import BertTokenizer
+from tests.helpers import missing
 from tests.inference.test_encoder import VOCAB
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,13 +62,34 @@ def test_commands_write_the_tables_they_describe(ran):
     assert header[:2] == ["review_id", "e0"] and len(header) == 1 + 128
 
 
+def python_block(marker: str) -> str:
+    (code,) = [body for _, body in blocks("python") if marker in body]
+    return code
+
+
 def test_reading_with_pyarrow(ran):
-    (code,) = [body for _, body in blocks("python") if "pandas" not in body]
+    code = python_block("import pyarrow.parquet")
     out = run_python(ran, code)
     assert out.strip() == "['r1', 'r2', 'r3'] (3, 128) mean batch-invariant"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pandas") is None, reason="pandas is not installed")
 def test_reading_with_pandas(ran):
-    (code,) = [body for _, body in blocks("python") if "pandas" in body]
-    assert run_python(ran, code).strip() == "(3, 128)"
+    assert run_python(ran, python_block("import pandas")).strip() == "(3, 128)"
+
+
+def test_scikit_learn_block(ran):
+    """The frozen pipeline and the fine-tuned classifier, as the guide shows them."""
+    out = run_python(ran, python_block("bertkit.sklearn")).splitlines()
+    assert out[-2:] == ["(1, 2)", "['neg', 'pos'] (1,)"]
+    assert (ran / "runs" / "sklearn").is_dir()
+
+
+def test_r_block(ran):
+    """Base R reads the CSV feature table and joins it to labels on the id."""
+    if shutil.which("Rscript") is None:
+        missing("Rscript is not installed (Debian: r-base-core; `make setup` installs it)")
+    (code,) = [body for _, body in blocks("r")]
+    proc = subprocess.run(["Rscript", "-e", code], cwd=ran, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["3", "128", "3"]
