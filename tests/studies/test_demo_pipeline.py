@@ -56,17 +56,21 @@ def test_demo_runs_end_to_end_at_tiny_scale(shared_data, tmp_path, capsys):
                 "### Fill-mask and next-sentence prediction",
                 "## 2. What pre-training at scale gives: one word, two senses",
                 "## 3. SST-2 dev accuracy", "### Learning-rate selection (seed 0, dev)",
-                "| random initialisation |"]
+                "| random initialisation |", "## 4. With few labels: a small learning curve"]
     assert all(h in report for h in headings)
     assert [report.index(h) for h in headings] == sorted(report.index(h) for h in headings)
     assert "| step | held-out MLM loss | MLM accuracy | NSP accuracy |" in report
     assert "| embeddings |" in report or "checkpoint is missing" in report  # the "bank" probe
     assert report.count("[MASK]") >= len(demo.FILL_MASK)
-    for png in ("pretraining.png", "sst2.png"):
+    assert report.startswith("# bertkit demo report\n\n- **With few labels**: Own pre-training")
+    for png in ("pretraining.png", "sst2.png", "learning_curve.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     results = json.loads((out / "work" / "results.json").read_text())
     grid = [f"{v}@lr{lr}/sst2/0" for v in ("pretrained", "random") for lr in ("0.001", "0.003")]
-    assert sorted(results["cells"]) == sorted(grid + ["pretrained/sst2/0", "random/sst2/0"])
+    # the learning curve: at 32 labels (the subset; none of its default counts is under it) the
+    # frozen cells only, fine-tuning's being step 4's
+    curve = [f"curve-frozen-{v}-n32/sst2/{s}" for v in ("pretrained", "random") for s in range(3)]
+    assert sorted(results["cells"]) == sorted(grid + curve + ["pretrained/sst2/0", "random/sst2/0"])
     # The fill-mask helper: 5 guesses per [MASK], probabilities descending and in (0, 1].
     model, tok = load_pretraining_model(out / "work" / "pretrain" / "model", "mlm", "nsp")
     guesses = fill_mask(model, tok, "the [MASK] was [MASK] .")

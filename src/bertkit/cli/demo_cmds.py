@@ -8,7 +8,7 @@ from pathlib import Path
 from bertkit.cli.common import data_root
 from bertkit.data.download import demo_missing
 from bertkit.errors import BertkitError
-from bertkit.studies.demo.config import SCALES
+from bertkit.studies.demo.config import CURVE_SIZES, SCALES
 from bertkit.studies.demo.run import DemoConfig, run
 from bertkit.vocab.trainer import CRITERIA
 
@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Learn a WordPiece vocabulary on the book corpus, pre-train a small BERT for a "
         "fixed time, show what it learned (held-out MLM/NSP, fill-mask, NSP), fine-tune it and "
         "the same architecture from random initialization on SST-2 (each at the lr selected on "
-        "dev from its own grid), and write OUTPUT/REPORT.md with plots. On a CUDA machine the "
+        "dev from its own grid), measure a small learning curve (frozen features beside "
+        "fine-tuning at a few label counts), and write OUTPUT/REPORT.md with plots. On a CUDA machine the "
         "model, batch and data scale up for the same minutes. Every step is cached under "
         "OUTPUT/work: run it again to continue.")
     p.add_argument("--data", type=Path, default=None, metavar="DIR",
@@ -74,6 +75,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    f"default: {_grid(DEMO_DEFAULTS.finetune_lr)})")
     p.add_argument("--epochs", type=float, default=DEMO_DEFAULTS.epochs)
     _add_reference_options(p)
+    p.add_argument("--curve-sizes", type=int, nargs="*", default=DEMO_DEFAULTS.curve_sizes,
+                   metavar="N", help="the small learning curve's label counts below "
+                   "--train-examples (its last point; default: those of "
+                   f"{' '.join(map(str, CURVE_SIZES))} below it)")
+    p.add_argument("--curve-seeds", type=int, default=DEMO_DEFAULTS.curve_seeds,
+                   help="seeds of each learning-curve cell")
+    p.add_argument("--curve-min-steps", type=int, default=DEMO_DEFAULTS.curve_min_steps,
+                   help="fine-tuning's floor of optimizer steps on the curve's small subsets")
+    p.add_argument("--no-curve", action="store_true",
+                   help="skip the learning curve (frozen features beside fine-tuning, by labels)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run_demo)
 
@@ -98,7 +109,7 @@ def _add_reference_options(p: argparse.ArgumentParser) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     options = {k: v for k, v in vars(args).items()
                if k in DemoConfig.__dataclass_fields__ and k != "data"}
-    for name in ("corpus", "finetune_lr", "reference_lr", "reference_random_lr"):
+    for name in ("corpus", "finetune_lr", "reference_lr", "reference_random_lr", "curve_sizes"):
         if options[name] is not None:
             options[name] = tuple(options[name])
     run(DemoConfig(data=demo_data_root(args.data, corpus_given=args.corpus is not None), **options))

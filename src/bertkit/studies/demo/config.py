@@ -34,6 +34,9 @@ REFERENCE = {"minilm": "all-MiniLM-L6-v2 (pre-trained at scale)",
 NAMES = {**VARIANTS, **REFERENCE}
 
 
+CURVE_SIZES = (50, 200)  # the learning curve's default label counts, fixed before measuring
+
+
 @dataclass(frozen=True)
 class Scale:
     """The machine-dependent defaults of the demo's pre-training."""
@@ -95,6 +98,13 @@ class DemoConfig:
     reference_epochs: float = 1.0
     reference_random_lr: tuple[float, ...] = (3e-4,)
     reference_random_epochs: float = 3.0
+    # The small learning curve (step 5): label counts below `train_examples` (which is the
+    # curve's last point), fixed before anything was measured; seeds a cell; fine-tuning's floor
+    # of optimizer steps at those counts
+    curve_sizes: tuple[int, ...] | None = None  # None: those of CURVE_SIZES under train_examples
+    curve_seeds: int = 3
+    curve_min_steps: int = 30
+    no_curve: bool = False
     no_progress: bool = False
     # the pre-training study's records (`bertkit study pretrain-curve --report docs/reports`, the fp32
     # curve and the bf16 one): the report puts the measured budget curves beside this run's one
@@ -108,6 +118,14 @@ class DemoConfig:
         if min(self.epochs, self.reference_epochs, self.reference_random_epochs) <= 0:
             raise BertkitError("--epochs, --reference-epochs and --reference-random-epochs "
                                "must be > 0")
+        sizes = self.curve_sizes or ()
+        if (any(n < 1 for n in sizes) or list(sizes) != sorted(set(sizes))
+                or (sizes and sizes[-1] >= self.train_examples)):
+            raise BertkitError(f"--curve-sizes: distinct label counts, rising, under --train-examples "
+                               f"({self.train_examples}, the curve's last point); got "
+                               f"{' '.join(map(str, sizes)) or 'none'}")
+        if self.curve_seeds < 1 or self.curve_min_steps < 1:
+            raise BertkitError("--curve-seeds and --curve-min-steps must be >= 1")
         if self.dev_examples is not None and self.dev_examples < 1:
             raise BertkitError(f"--dev-examples must be >= 1, got {self.dev_examples}")
         if self.pretrain_mb is not None and self.pretrain_mb <= 0:
@@ -130,6 +148,13 @@ class DemoConfig:
             if not grid or any(lr <= 0 for lr in grid) or len(set(grid)) != len(grid):
                 raise BertkitError(f"--{name.replace('_', '-')}: one or more distinct rates > 0, "
                                    f"got {' '.join(map(str, grid)) or 'none'}")
+
+    @property
+    def curve_counts(self) -> tuple[int, ...]:
+        """The learning curve's label counts below `train_examples` (its last point)."""
+        if self.curve_sizes is not None:
+            return self.curve_sizes
+        return tuple(n for n in CURVE_SIZES if n < self.train_examples)
 
     def lr_grid(self, variant: str) -> tuple[float, ...]:
         """The fine-tuning lr grid of one model of the comparison."""

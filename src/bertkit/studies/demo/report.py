@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.studies.demo import curve as demo_curve
 from bertkit.studies.demo import finetune as demo_finetune
 from bertkit.studies.demo.config import (
     NAMES,
@@ -18,6 +19,7 @@ from bertkit.studies.demo.config import (
     SENTENCE_RIVER,
     DemoConfig,
 )
+from bertkit.studies.label_curve import cells_table, gain, mean_text, median_text, plot_cells
 from bertkit.studies.probe import LayerDrift
 from bertkit.studies.report import (
     format_gain,
@@ -138,6 +140,50 @@ def other_recipes_line(rows: Sequence[dict[str, Any]]) -> list[str]:
             f"fine-tuning dropout; gain over random init): {'; '.join(said)}."]
 
 
+APPROACHES = {"frozen": "frozen features + logistic regression", "finetune": "fine-tuned"}
+
+
+def label_curve_lines(store: ResultsStore, args: DemoConfig, png: Path | None
+                      ) -> tuple[str | None, list[str]]:
+    """The small learning curve (step 5): the lead sentence (None when the curve did not run)
+    and the section: the label counts, the median table, the gains, the plot."""
+    cells = demo_curve.curve_cells(store, args)
+    if args.no_curve or not any(k[1] == "frozen" for k in cells):
+        return None, ["(skipped: --no-curve)" if args.no_curve else "(not measured yet)"]
+    counts = demo_curve.sizes(args)
+    rows = [(v, a) for v in demo_curve.CURVE_MODELS for a in APPROACHES
+            if any(k[:2] == (v, a) for k in cells)]
+    name = lambda v, a: (NAMES[v], APPROACHES[a])  # noqa: E731
+    lead = demo_curve.verdict(cells, counts)
+    gains = []
+    for a in APPROACHES:
+        for n in counts:
+            pre, rnd = cells.get(("pretrained", a, n)), cells.get(("random", a, n))
+            if pre and rnd and len(pre.scores) > 1 and len(rnd.scores) > 1:
+                g, se = gain(pre, rnd)
+                gains.append(f"{APPROACHES[a]} at {n:,} labels {g:+.1f} ± {se:.1f}"
+                             + (" (pays)" if g > 2 * se else ""))
+    drawn = plot_cells(cells, [(v, a, i, v != "random") for i, v in enumerate(demo_curve.CURVE_MODELS)
+                               for a in APPROACHES], lambda v, a: f"{NAMES[v]}, {APPROACHES[a]}",
+                       png, f"SST-2 dev accuracy by labels, {args.curve_seeds}+ seeds") if png else None
+    lines = [
+        f"Label counts fixed before measuring: {', '.join(f'{n:,}' for n in counts)} (the last is "
+        f"section 3's subset). A subset of N is the first N of a seeded shuffle of those "
+        f"{args.train_examples:,} sentences, the same for every model at a seed; "
+        f"{args.curve_seeds} seeds a cell (section 3's {args.seeds} at {args.train_examples:,} "
+        "fine-tuned). Frozen: mean-pooled fp32 vectors, standardized, into logistic regression "
+        "regularized by cross-validation on the subset alone. Fine-tuned: each model's recipe and "
+        f"rate from section 3, at least {args.curve_min_steps} optimizer steps. Dev accuracy (%), "
+        "median [25th, 75th percentile] over seeds:", "",
+        cells_table(cells, rows, name, median_text), "",
+        "Mean ± standard error (n seeds, collapsed seeds counted):", "",
+        cells_table(cells, rows, name, mean_text), "",
+        "Our pre-training's gain over its random-init twin (mean ± standard error; pays: beyond "
+        f"2 standard errors): {'; '.join(gains) or 'not measured'}.",
+        *(["", f"![learning curve]({drawn.name})"] if drawn else [])]
+    return lead, lines
+
+
 @dataclass
 class PretrainFacts:
     """What the report says about the pre-training run."""
@@ -168,8 +214,10 @@ def write_demo_report(args: DemoConfig, out: Path, store: ResultsStore, learned:
                f"accuracy {100 * last.get('eval_mlm_acc', 0):.1f}%, NSP accuracy "
                f"{100 * last.get('eval_nsp_acc', 0):.1f}%.")
     selection = demo_finetune.selection_lines(store, args)
+    lead, curve = label_curve_lines(store, args, out / "learning_curve.png")
     lines = [
-        "# bertkit demo report", "", f"- {summary}", *(f"- {v}" for v in verdicts), "",
+        "# bertkit demo report", "", *([f"- **With few labels**: {lead} (section 4)"] if lead else []),
+        f"- {summary}", *(f"- {v}" for v in verdicts), "",
         "## 1. What pre-training learned at this budget", "",
         f"WordPiece vocabulary of {args.vocab_size} ({args.vocab_criterion} criterion) learned on "
         f"{len(store.data['settings']['corpus'])} corpus file(s); MLM + NSP instances (Google's "
@@ -188,7 +236,8 @@ def write_demo_report(args: DemoConfig, out: Path, store: ResultsStore, learned:
         *(["### Learning-rate selection (seed 0, dev)", "", *selection, ""] if selection else []),
         *rows, "", *(f"- {v}" for v in verdicts), "",
         *([f"![SST-2]({bars.name})", ""] if bars else []),
-        "## 4. What more pre-training buys: the study's measured curve", "",
+        "## 4. With few labels: a small learning curve", "", *curve, "",
+        "## 5. What more pre-training buys: the study's measured curve", "",
         *curve_lines(args.curve_records), "",
         "## Timings (this run; a step reused from an earlier run takes ~0 s)", "",
         "| step | seconds |", "|---|---|", *(f"| {k} | {v:.0f} |" for k, v in timings.items()),

@@ -8,8 +8,11 @@
 4. Fine-tune it and the same architecture from random initialisation on SST-2 (same subset,
    steps and seeds, each model at the lr selected on dev from its own grid): the paper's
    central claim, pre-training helps, measured fairly.
-5. Write demo-report/REPORT.md: first what pre-training learned (held-out MLM/NSP curves,
-   fill-mask, NSP, the "bank" probe), then the SST-2 comparison, with PNG plots.
+5. A small learning curve (`demo.curve`): the pre-trained model, its twin and MiniLM at a few
+   label counts, frozen features beside fine-tuning: does our pre-training pay with few labels?
+6. Write demo-report/REPORT.md: led by where our pre-training pays with few labels (or that it
+   does not anywhere), then what pre-training learned (held-out MLM/NSP curves, fill-mask, NSP,
+   the "bank" probe), the SST-2 comparison and the learning curve, with PNG plots.
 Every step is cached under demo-report/work: running the demo again continues where it stopped.
 On a CUDA machine the model, batch and data scale up for the same minutes (`demo_config.SCALES`).
 """
@@ -28,6 +31,7 @@ from bertkit.io import held_output_dir
 from bertkit.model import BertModel
 from bertkit.runs.pretrain import PretrainConfig, pretrain_train_config
 from bertkit.studies import pipeline
+from bertkit.studies.demo import curve as demo_curve
 from bertkit.studies.demo.config import (
     NSP_A,
     NSP_RANDOM,
@@ -39,6 +43,7 @@ from bertkit.studies.demo.config import (
     DemoConfig,
     scale_for_machine,
 )
+from bertkit.studies.demo.curve import curve_section
 from bertkit.studies.demo.finetune import finetune_section, sst2_lines
 from bertkit.studies.demo.report import Learned, PretrainFacts, write_demo_report
 from bertkit.studies.pipeline import task_files
@@ -139,7 +144,11 @@ def identity(args: DemoConfig, corpus: list[str]) -> dict:
             "train_examples", "finetune_lr", "epochs", "dev_examples", "reference_lr",
             "reference_random_lr", "reference_epochs", "reference_random_epochs", "device")
     return {"corpus": corpus, "reference": not args.no_reference,
-            **{k: getattr(args, k) for k in keys}}
+            **{k: getattr(args, k) for k in keys}, "curve_min_steps": args.curve_min_steps}
+
+
+# settings of the identity added after results.json files were begun, with their defaults
+ADDED_LATER = {"curve_min_steps": DemoConfig.curve_min_steps}
 
 
 def pretrain_section(args: DemoConfig, store: ResultsStore, corpus: list[str], tokenizer,
@@ -186,7 +195,7 @@ def run(args: DemoConfig) -> Path:
 def _run(args: DemoConfig, scale_line: str, corpus: list[str], files: dict[str, Any]) -> Path:
     out, timings = args.output, {}
     work = out / "work"
-    store = ResultsStore(work / "results.json", identity(args, corpus))
+    store = ResultsStore(work / "results.json", identity(args, corpus), added_later=ADDED_LATER)
     clock = time.perf_counter()
     print(scale_line, flush=True)
 
@@ -219,7 +228,12 @@ def _run(args: DemoConfig, scale_line: str, corpus: list[str], files: dict[str, 
     lap("3-4. fill-mask, NSP, fine-tuning")
     rows, verdicts = sst2_lines(store, args)
     print("\n" + "\n".join(rows) + "\n\n" + "\n".join(verdicts))
-    banner("5. Report")
+    if not args.no_curve:
+        banner("5. A small learning curve: frozen features and fine-tuning, by labels")
+        curve_section(args, store, models, files, work)
+        print(demo_curve.verdict(demo_curve.curve_cells(store, args), demo_curve.sizes(args)))
+        lap("5. learning curve")
+    banner("6. Report")
     facts = PretrainFacts(config, steps, recipe.train.batch_size, recipe.train.lr, scale_line)
     path = write_demo_report(args, out, store, learned, probe, facts, timings)
     print(f"{path} (total {sum(timings.values()) / 60:.1f} min)")
