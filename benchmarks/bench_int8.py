@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from bertkit.inference import Encoder  # noqa: E402
-from bertkit.inference.int8 import Int8Recipe, int8_class, linear_names  # noqa: E402
+from bertkit.inference.int8 import Int8Recipe, int8_class  # noqa: E402
 from bertkit.inference.quantize import QuantizeConfig, cosines, quantize  # noqa: E402
 from bertkit.training.hardware import cpu_info  # noqa: E402
 
@@ -113,7 +113,7 @@ def bertkit_contenders(model_dir: Path, calibration: list[str], batch_size: int,
             pooling=fp32.default_pooling),
         "bertkit int8 variant (bertkit quantize)": Encoder(variant_dir),
     }
-    notes = {"variant": made, "layers": ", ".join(linear_names(fp32.model)[:4]) + ", ..."}
+    notes = {"variant": made}
     return ({name: (lambda texts, e=e: e.encode(texts, normalize=True, batch_size=batch_size))
              for name, e in encoders.items()}, notes)
 
@@ -156,6 +156,51 @@ def ort_int8_contender(model_dir: Path, batch_size: int, work: Path) -> tuple[Em
         return out
 
     return run, "onnxruntime int8: quantize_dynamic(per_channel=True) on bertkit's ONNX export"
+
+
+def sensitivity(model_dir: Path, sets: dict[str, list[str]], calibration: list[str],
+                batch_size: int) -> None:
+    """Where dynamic int8 loses: min / mean cosine to bertkit fp32 with one Linear kind at int8
+    (the rest fp32), with every kind at int8, and the recipe's steps one at a time."""
+    from bertkit.inference.int8 import LINEAR_KINDS, InputRanges, linear_names, smoothing_scales
+
+    fp32 = Encoder(model_dir)
+    names = linear_names(fp32.model)
+    with InputRanges(fp32.model, names) as ranges:
+        fp32.encode(calibration, batch_size=batch_size)
+    ref = {k: fp32.encode(t, normalize=True, batch_size=batch_size) for k, t in sets.items()}
+
+    def kinds(*which: str) -> list[str]:
+        return linear_names(fp32.model, which)
+
+    def smoothed(layers: list[str], alpha: float) -> dict:
+        return smoothing_scales(fp32.model, {n: ranges.max[n] for n in layers}, alpha)
+
+    rest = ("qkv", "attention_output", "intermediate")
+    recipes = {"every layer int8": Int8Recipe()}
+    for kind in LINEAR_KINDS:
+        recipes[f"only {kind} int8"] = Int8Recipe(tuple(n for n in names if n not in kinds(kind)))
+    recipes["ffn_output fp32"] = Int8Recipe(tuple(kinds("ffn_output")))
+    recipes["all smoothed (alpha 0.5)"] = Int8Recipe((), 0.5, smoothed(names, 0.5))
+    for alpha in (0.5, 0.75):
+        recipes[f"{', '.join(rest)} smoothed (alpha {alpha})"] = Int8Recipe(
+            (), alpha, smoothed(kinds(*rest), alpha))
+    for alpha in (0.3, 0.5, 0.75, 0.85):
+        recipes[f"ffn_output fp32 + the rest smoothed (alpha {alpha})"] = Int8Recipe(
+            tuple(kinds("ffn_output")), alpha, smoothed(kinds(*rest), alpha))
+    for layers in ((0,), (0, 1, 2), (3, 4, 5)):
+        keep = tuple(f"layers.{i}.ffn.down" for i in layers)
+        recipes[f"ffn_output fp32 in layers {layers} + the rest smoothed (alpha 0.75)"] = \
+            Int8Recipe(keep, 0.75, smoothed(kinds(*rest), 0.75))
+    print("\n| int8 recipe (MiniLM) | short min / mean cos | long min / mean cos |")
+    print("|---|---|---|")
+    for label, recipe in recipes.items():
+        enc = Encoder(fp32.model, tokenizer=fp32.tokenizer, precision="int8", int8=recipe,
+                      max_length=fp32.max_length, pooling=fp32.default_pooling)
+        cos = {k: cosines(enc.encode(t, normalize=True, batch_size=batch_size), ref[k])
+               for k, t in sets.items()}
+        print(f"| {label} | {cos['short'].min():.4f} / {cos['short'].mean():.4f} | "
+              f"{cos['long'].min():.4f} / {cos['long'].mean():.4f} |", flush=True)
 
 
 # ---- measuring ---------------------------------------------------------------------------------
@@ -207,6 +252,8 @@ def main() -> None:
                              "timed ones (a quarter), for `bertkit quantize`")
     parser.add_argument("--squad-articles", type=int, default=10)
     parser.add_argument("--skip-speed", action="store_true", help="the quality columns only")
+    parser.add_argument("--sensitivity", action="store_true",
+                        help="only the per-layer-kind and recipe-step drift table")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.n_short, args.n_long, args.n_calibration = 3, 300, 32, 128
@@ -223,6 +270,9 @@ def main() -> None:
     calibration = (sst2_sentences(args.n_short, args.n_calibration - n_cal_long)
                    + contexts[args.n_long:args.n_long + n_cal_long])
     torch.set_num_threads(2)
+    if args.sensitivity:
+        sensitivity(model_dir, sets, calibration, args.batch_size)
+        return
     work = Path(tempfile.mkdtemp(prefix="bench_int8_"))
     contenders, notes = st_contenders(model_dir, args.batch_size)
     ours, our_notes = bertkit_contenders(model_dir, calibration, args.batch_size, work)
