@@ -31,7 +31,7 @@ def test_missing_data_says_what_to_pass(tmp_path, capsys):
     book.write_text("Some text.\n")
     assert main(["demo", "--data", str(tmp_path), "--corpus", str(book), "--output",
                  str(tmp_path / "r"), "--skip-probe"]) == 1
-    assert "bertkit data download glue-sst-2" in capsys.readouterr().err
+    assert "bertkit data download demo" in capsys.readouterr().err
 
 
 @pytest.mark.slow
