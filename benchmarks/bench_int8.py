@@ -252,6 +252,11 @@ def main() -> None:
                              "timed ones (a quarter), for `bertkit quantize`")
     parser.add_argument("--squad-articles", type=int, default=10)
     parser.add_argument("--skip-speed", action="store_true", help="the quality columns only")
+    parser.add_argument("--skip-quality", action="store_true", help="the speed columns only")
+    parser.add_argument("--skip", default="",
+                        help="comma-separated parts of contender names to leave out (e.g. "
+                             "'sentence-transformers,default recipe'); without sentence-"
+                             "transformers fp32, bertkit fp32 is the reference")
     parser.add_argument("--sensitivity", action="store_true",
                         help="only the per-layer-kind and recipe-step drift table")
     args = parser.parse_args()
@@ -274,7 +279,9 @@ def main() -> None:
         sensitivity(model_dir, sets, calibration, args.batch_size)
         return
     work = Path(tempfile.mkdtemp(prefix="bench_int8_"))
-    contenders, notes = st_contenders(model_dir, args.batch_size)
+    skip = [part for part in args.skip.split(",") if part]
+    contenders, notes = ({}, []) if "sentence-transformers" in skip else st_contenders(
+        model_dir, args.batch_size)
     ours, our_notes = bertkit_contenders(model_dir, calibration, args.batch_size, work)
     contenders.update(ours)
     ort, ort_note = ort_int8_contender(model_dir, args.batch_size, work)
@@ -283,15 +290,19 @@ def main() -> None:
     notes += [ort_note, *our_notes.values()]
     for note in notes:
         print(f"note: {note}")
-    reference = "sentence-transformers fp32"
+    contenders = {name: fn for name, fn in contenders.items()
+                  if not any(part in name for part in skip)}
+    reference = next(name for name in ("sentence-transformers fp32", "bertkit fp32")
+                     if name in contenders)
     ref_vectors = {name: contenders[reference](texts) for name, texts in sets.items()}
     sts, squad = sts_b(), squad_retrieval(args.squad_articles)
-    print(f"quality: {len(sets['short'])} short and {len(sets['long'])} long texts, STS-B dev "
+    print(f"reference: {reference}; quality: {len(sets['short'])} short and "
+          f"{len(sets['long'])} long texts, STS-B dev "
           f"{len(sts[2])} pairs, SQuAD recall@10 over {len(squad[1])} questions x "
           f"{len(squad[0])} contexts")
     print("\n| engine | short min / mean cos | long min / mean cos | STS-B | recall@10 |")
     print("|---|---|---|---:|---:|")
-    for name, fn in contenders.items():
+    for name, fn in ({} if args.skip_quality else contenders).items():
         q = quality(fn, ref_vectors, sets, sts, squad)
         print(f"| {name} | {q['short min cos']:.4f} / {q['short mean cos']:.4f} | "
               f"{q['long min cos']:.4f} / {q['long mean cos']:.4f} | {q['STS-B']:.2f} | "
