@@ -26,7 +26,8 @@ def test_pretraining_files_takes_the_first_megabytes(tmp_path):
 def test_missing_data_says_what_to_pass(tmp_path, capsys):
     assert main(["demo", "--data", str(tmp_path), "--output", str(tmp_path / "r"),
                  "--skip-probe"]) == 1
-    assert "CORPUS=" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "bertkit data download demo" in err and "--corpus" in err
     book = tmp_path / "book.txt"
     book.write_text("Some text.\n")
     assert main(["demo", "--data", str(tmp_path), "--corpus", str(book), "--output",
