@@ -346,14 +346,14 @@ def test_the_run_folder_lock_is_held_to_the_end_then_released(tiny_model, shared
     from bertkit.runs import finetune as ft
 
     out = tmp_path / "run"
-    write_json = ft.write_json
+    write_json = ft.atomic_write_json
     held = []
 
     def checked_write(path, record):
         held.append(not _lock_taken_by_another_process(out))
         write_json(path, record)
 
-    monkeypatch.setattr(ft, "write_json", checked_write)
+    monkeypatch.setattr(ft, "atomic_write_json", checked_write)
     finetune(tiny_model, out, "wnli", ["--data", str(shared_data / "glue")], n=16)
     assert held == [True]  # metrics.json was written under the lock
     assert _lock_taken_by_another_process(out)

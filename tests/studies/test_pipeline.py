@@ -28,8 +28,8 @@ def runs(monkeypatch):
     monkeypatch.setattr(pipeline, "train", fake_train)
     monkeypatch.setattr(pipeline, "open_shards", lambda *a, **k: None)
     monkeypatch.setattr(pipeline, "make_collate", lambda *a, **k: None)
-    monkeypatch.setattr(pipeline, "model_class",
-                        lambda objective: lambda config: SimpleNamespace(bert=SimpleNamespace()))
+    monkeypatch.setattr(pipeline, "new_model",
+                        lambda objective, config: SimpleNamespace(bert=SimpleNamespace()))
     return asked
 
 

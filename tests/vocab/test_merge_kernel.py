@@ -105,7 +105,7 @@ def test_modules_load_without_a_writable_cache_folder(monkeypatch, name):
 
     with pytest.raises(RuntimeError, match="no locator"):
         njit(cache=True)(twice)
-    spec = importlib.util.find_spec(f"bertkit.tokenization.{name}")
+    spec = importlib.util.find_spec(f"bertkit.vocab.{name}")
     module = importlib.util.module_from_spec(spec)  # a fresh copy: sys.modules keeps its own
     spec.loader.exec_module(module)
     if name == "merge_priority":
