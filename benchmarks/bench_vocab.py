@@ -21,6 +21,13 @@ included) on half of the books and on all of them, with ``--max-words``.
     python benchmarks/bench_vocab.py --criteria likelihood frequency pmi --repeats 1
     python benchmarks/bench_vocab.py --memory            # peak RSS at two corpus sizes
     python benchmarks/bench_vocab.py --quick             # smoke run: 6 books, sizes 2000/4000
+    python benchmarks/bench_vocab.py --cold --sizes 8000 # first run after installing, and after
+
+Cold (``--cold``): ``bertkit vocab train`` in a fresh process whose numba cache is an empty
+folder (``NUMBA_CACHE_DIR``, and the source copied where its ``__pycache__`` is empty), so the
+merge loop is compiled as on a fresh install; then the same command again, loading it from that
+cache (warm); `tokenizers`' trainer timed in this process between them. ``--source DIR`` times
+another checkout's ``src`` the same way (an earlier commit, for a before/after).
 """
 
 from __future__ import annotations
@@ -61,6 +68,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--memory", action="store_true", help="peak RSS at two corpus sizes instead")
     p.add_argument("--max-words", type=int, default=50000, help="for --memory")
     p.add_argument("--quick", action="store_true", help="6 books, sizes 2000 and 4000, 1 repeat")
+    p.add_argument("--cold", action="store_true",
+                   help="a fresh process with an empty numba cache, then again warm")
+    p.add_argument("--source", type=Path, nargs="+", default=[REPO / "src"],
+                   help="for --cold: the src folders to time (default: this checkout's)")
     return p.parse_args()
 
 
@@ -150,6 +161,42 @@ def peak_rss(files: list[Path], args: argparse.Namespace) -> float:
     return int(out.split()[-1]) / 1024
 
 
+def cold_and_warm(files: list[Path], size: int, source: Path, args: argparse.Namespace
+                  ) -> tuple[float, float]:
+    """Wall seconds of `bertkit vocab train` from `source`, cold then warm (module docstring)."""
+    import os
+    import shutil
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "src"
+        shutil.copytree(source, src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        env = {**os.environ, "PYTHONPATH": str(src), "NUMBA_CACHE_DIR": str(Path(tmp) / "numba")}
+        walls = []
+        for attempt in ("cold", "warm"):
+            cmd = [sys.executable, "-m", "bertkit", "vocab", "train", *map(str, files), "-o",
+                   f"{tmp}/v-{attempt}", "--vocab-size", str(size), "--workers",
+                   str(args.workers), "--min-frequency", str(args.min_frequency),
+                   "--limit-alphabet", str(args.limit_alphabet), "--no-progress"]
+            start = time.perf_counter()
+            subprocess.run(cmd, check=True, env=env, capture_output=True)
+            walls.append(time.perf_counter() - start)
+    return walls[0], walls[1]
+
+
+def cold_report(files: list[Path], args: argparse.Namespace) -> None:
+    print("| vocab | source | cold s | warm s | tokenizers s | cold vs tokenizers | warm vs tokenizers |")
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in args.sizes:
+            for source in args.source:
+                cold, warm = cold_and_warm(files, size, source, args)
+                start = time.perf_counter()
+                train_tokenizers(files, size, args, Path(tmp))
+                ref = time.perf_counter() - start
+                print(f"| {size} | {source} | {cold:.1f} | {warm:.1f} | {ref:.1f} | "
+                      f"{cold / ref:.2f}x | {warm / ref:.2f}x |", flush=True)
+
+
 def main() -> None:
     args = parse_args()
     if args.quick:
@@ -160,6 +207,9 @@ def main() -> None:
             size_mb = sum(f.stat().st_size for f in part) / 2**20
             print(f"{len(part)} files, {size_mb:.1f} MB: peak RSS {peak_rss(part, args):.0f} MiB "
                   f"(--max-words {args.max_words}, --workers {args.workers})", flush=True)
+        return
+    if args.cold:
+        cold_report(files, args)
         return
     report(time_all(files, args), files, held_out, args)
 
