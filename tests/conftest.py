@@ -18,7 +18,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Two threads at most; under pytest-xdist (`make test` runs two workers) each worker gets its
 # share of the cores, so that the workers do not oversubscribe a small machine.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
+THREADS = max(1, min(2, (os.cpu_count() or 1) // WORKERS))
+torch.set_num_threads(THREADS)
+# The commands the tests start (bertkit, torchrun, the guides' shells) get the same share: two
+# workers each starting a 2-thread child would run four threads on two cores.
+os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 
 
 # The files that take longest, longest first (`--durations`, 2 cores): under pytest-xdist they
