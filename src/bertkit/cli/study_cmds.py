@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "study", help="long, resumable studies (the pre-training budget curve, its recipes, "
         "learning curves)",
         description="Start or continue a study: the same command continues where the last "
-        "sitting stopped, and prints the status first. `pretrain-curve`: one pre-training run on "
+        "run of it stopped, and prints the status first. `pretrain-curve`: one pre-training run on "
         "book text, exported at budgets of its own CPU-hours, each point fine-tuned against the "
         "same architecture from random initialization (docs/reports/pretraining.md). "
         "`pretrain-recipes`: the curve's recipe and one-change variants of it (--variants), "
@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for name, what in (("pretrain-curve", "the pre-training budget curve"),
                        ("pretrain-recipes", "the curve's recipe and one-change variants of it")):
         q = studies.add_parser(name, help=what, description=p.description)
-        _sitting_options(q.add_argument_group("the sitting"))
+        _run_options(q.add_argument_group("this run of the study"))
         _point_options(q.add_argument_group("fine-tuning and branching the points (pretrain-curve)"))
         _recipe_options(q.add_argument_group("the pre-training recipe"))
         _fixed_budget_options(q.add_argument_group("pretrain-recipes"))
@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _learning_curve_parser(studies)
 
 
-def _sitting_options(p: argparse._ArgumentGroup) -> None:
+def _run_options(p: argparse._ArgumentGroup) -> None:
     p.add_argument("--work", type=Path, default=None,
                    metavar="DIR", help="the study's folder: data, the run, the points, study.json "
                    f"(default: {DEFAULT_WORK}, -RECIPE added for --recipe, -bf16 for "
@@ -55,7 +55,7 @@ def _sitting_options(p: argparse._ArgumentGroup) -> None:
                    help="folder with books/, gutenberg/, wikitext-2/, glue/ (default: "
                    "$BERTKIT_DATA, else ../shared/data)")
     p.add_argument("--hours", type=float, default=float("inf"),
-                   help="CPU-hours of pre-training this sitting may spend (default: to the end)")
+                   help="CPU-hours of pre-training this command may spend (default: to the end)")
     p.add_argument("--reproduce", type=Path, default=None, metavar="REPORT",
                    help="pretrain-curve: begin --work as a reproduction of the curve whose "
                    "records REPORT holds (the JSON --report writes, e.g. "
@@ -71,7 +71,7 @@ def _sitting_options(p: argparse._ArgumentGroup) -> None:
 def _point_options(p: argparse._ArgumentGroup) -> None:
     p.add_argument("--finetune", action="store_true",
                    help="fine-tune the recorded points (and the random-init twin) instead of "
-                   "pre-training; run it beside a pre-training sitting (its own file); a second "
+                   "pre-training; run it beside the pre-training command (its own file); a second "
                    "--finetune on the other core shares the cells (each claims the one it runs)")
     p.add_argument("--finetune-task", choices=curve_finetune.WHOLE_TASKS, default=None,
                    metavar="TASK",
@@ -87,7 +87,7 @@ def _point_options(p: argparse._ArgumentGroup) -> None:
                    help="run the decay branch of each recorded point (or of --points): the run "
                    f"continued from its state there for {cooldown.FRACTION:.0%}% more steps "
                    "with the rate falling to 0 (Hägele et al. 2024), recorded as the point "
-                   "BUDGET+cool and fine-tuned like any point; beside the pre-training sitting "
+                   "BUDGET+cool and fine-tuned like any point; beside the pre-training command "
                    "(its own lock)")
     p.add_argument("--points", default=None, metavar="LIST",
                    help="with --finetune: only these points, e.g. 1h,2h,2h+cool; with "

@@ -110,7 +110,9 @@ def run_learning_curve(req: LearningCurveRequest) -> int:
     if req.status or req.report is not None:
         return report_study(req, work, runs_log)
     files, _ = pipeline.task_files(req.task, req.data_dir())
-    recipe = Recipe(req.task, files["train_file"], files["dev_file"], max_seq_length=req.max_seq_length,
+    # absolute paths: the same files given as ../shared/data or as /abs/shared/data are one recipe
+    train_file, dev_file = (str(Path(files[k]).resolve()) for k in ("train_file", "dev_file"))
+    recipe = Recipe(req.task, train_file, dev_file, max_seq_length=req.max_seq_length,
                     dev_examples=req.dev_examples, lr_grid=req.lr_grid, epochs=req.epochs,
                     min_steps=req.min_steps)
     train = plan.read_examples(req.task, recipe.train_file)
@@ -127,7 +129,8 @@ def run_learning_curve(req: LearningCurveRequest) -> int:
 
 
 def claim_recipe(work: Path, recipe: Recipe) -> None:
-    """WORK/study.json: written by the first sitting; a later one with another recipe refused."""
+    """WORK/study.json: written by the study's first command; a later one with another recipe is
+    refused."""
     path = work / "study.json"
     settings = recipe.settings()
     if path.is_file():
