@@ -194,6 +194,39 @@ def test_custom_regression_and_text_predict(tiny_model, tmp_path, capsys):
     assert main(["predict", str(out), "--text", "some text", "--no-progress"]) == 0
     assert isinstance(json.loads(capsys.readouterr().out)["score"], float)
 
+    # a file is answered a window at a time: the windows change no answer and no order (the
+    # scores within float rounding: a window's batches pad to other lengths)
+    from bertkit.inference.finetuned import predict_examples, predict_windows, task_of
+    from bertkit.tasks import FeatureSettings
+    from bertkit.tasks.inputs import iter_input, read_input, scan_input
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("".join(f"line {i} of the file\n" for i in range(7)))
+    task = task_of(out, None)
+    settings = FeatureSettings(max_seq_length=32)
+    whole = predict_examples(out, task, read_input(task, texts), settings)
+    windows = list(predict_windows(out, task, iter_input(task, texts), settings, window=3))
+    assert [len(w) for w in windows] == [3, 3, 1]
+    streamed = [r for w in windows for r in w]
+    assert [(r["id"], r["text"]) for r in streamed] == [(r["id"], r["text"]) for r in whole]
+    assert [r["id"] for r in streamed] == [str(i) for i in range(7)]
+    assert [r["score"] for r in streamed] == pytest.approx([r["score"] for r in whole], rel=1e-5)
+    assert scan_input(task, texts) == 7
+    assert main(["predict", str(out), "--input", str(texts), "--output",
+                 str(tmp_path / "texts.jsonl"), "--no-progress"]) == 0
+    written = [json.loads(line) for line in (tmp_path / "texts.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in written] == [r["id"] for r in whole]
+    assert [r["score"] for r in written] == pytest.approx([r["score"] for r in whole], rel=1e-5)
+
+    # an id given twice would make two answers that cannot be told apart: refused, nothing written
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text("".join(json.dumps({"id": i, "text": "a text"}) + "\n" for i in "abca"))
+    capsys.readouterr()
+    assert main(["predict", str(out), "--input", str(twice), "--output",
+                 str(tmp_path / "twice-out.jsonl"), "--no-progress"]) == 1
+    assert f"{twice}:4: id 'a' was given before, at {twice}:1" in capsys.readouterr().err
+    assert not (tmp_path / "twice-out.jsonl").exists()
+
 
 def test_grid_selects_on_dev_and_resumes(tiny_model, shared_data, tmp_path, capsys):
     out = tmp_path / "grid"

@@ -5,6 +5,7 @@ fine-tuned model on a labeled file, label new inputs (JSONL out). `finetune` als
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
@@ -16,12 +17,12 @@ from pathlib import Path
 from bertkit.cli.common import add_hardware, add_join_timeout, add_resume, run_together
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.inference.finetuned import evaluate_model, predict_examples, task_of
-from bertkit.io import atomic_write_text, check_new_file, claim_output_dir
+from bertkit.inference.finetuned import PREDICT_WINDOW, evaluate_model, predict_windows, task_of
+from bertkit.io import atomic_path, check_new_file, claim_output_dir, progress_bar
 from bertkit.runs.finetune import FinetuneConfig, build_task, check_data, finetune_train_config, run_one
 from bertkit.runs.grid import run_grid
 from bertkit.tasks import ColumnSpec, FeatureSettings
-from bertkit.tasks.inputs import from_records, read_input
+from bertkit.tasks.inputs import from_records, iter_input, scan_input
 from bertkit.training import distributed
 from bertkit.training.config import TrainConfig
 from bertkit.training.optim import OPTIMIZERS, SCHEDULES
@@ -301,7 +302,9 @@ def predict_cmd(args: argparse.Namespace) -> int:
         check_new_file(args.output, inputs=[args.model] + ([args.input] if args.input else []))
     task = task_of(args.model, args.task, _columns(args))
     if args.input:
-        examples = read_input(task, Path(args.input))
+        # checked whole before any model work, then read again a window at a time
+        count = scan_input(task, Path(args.input))
+        examples = iter_input(task, Path(args.input))
     else:
         record = {"text": args.text, "context": args.text, "question": args.question,
                   "start": args.start, "endings": args.ending}
@@ -309,12 +312,17 @@ def predict_cmd(args: argparse.Namespace) -> int:
             record["pair"] = args.pair
         examples = from_records(task, [("--text", {k: v for k, v in record.items()
                                                     if v is not None})])
-    records = predict_examples(args.model, task, examples, _settings(args, task),
-                               args.eval_batch_size, scores=args.scores)
-    lines = [json.dumps(record, ensure_ascii=False) for record in records]
-    text = "\n".join(lines) + ("\n" if lines else "")
-    if args.output:
-        atomic_write_text(args.output, text)
-    else:
-        sys.stdout.write(text)
+        count = len(examples)
+    windows = predict_windows(args.model, task, examples, _settings(args, task),
+                              args.eval_batch_size, scores=args.scores)
+    with contextlib.ExitStack() as stack:
+        out = sys.stdout
+        if args.output:
+            out = stack.enter_context(stack.enter_context(atomic_path(args.output)).open(
+                "w", encoding="utf-8"))
+        bar = stack.enter_context(progress_bar(total=count, desc="predict", unit="input",
+                                               disable=count <= PREDICT_WINDOW))
+        for records in windows:
+            out.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+            bar.update(len(records))
     return 0

@@ -31,7 +31,7 @@ import copy
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -216,13 +216,9 @@ class Encoder:
             raise BertkitError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
         hidden_index = self.check_layers(layers)
         self._check_run(batch_size, stride)
-        start_time = time.perf_counter()
-        self.last_stats = InferenceStats()
-        with self._progress(total, progress) as bar:
-            for window in windows:
-                yield window, self._encode_window(window, hidden_index, pooling, normalize,
-                                                  batch_size, stride, bar, batch_invariant)
-                self.last_stats.seconds = time.perf_counter() - start_time
+        yield from self._each_window(windows, total, progress, lambda window, bar: (
+            self._encode_window(window, hidden_index, pooling, normalize, batch_size, stride,
+                                bar, batch_invariant)))
 
     def features(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
                  layers: Sequence[int] = (-1, -2, -3, -4), combine: Combine = "concat",
@@ -249,12 +245,19 @@ class Encoder:
             raise BertkitError(f"combine must be one of {', '.join(COMBINES)}, got {combine!r}")
         hidden_index = self.check_layers(layers)
         self._check_run(batch_size, stride)
+        yield from self._each_window(windows, total, progress, lambda window, bar: (
+            self._features_window(window, hidden_index, combine, batch_size, stride, bar,
+                                  batch_invariant)))
+
+    def _each_window(self, windows: Iterable[TextWindow], total: int | None, progress: bool,
+                     work: Callable[[TextWindow, Any], Any]) -> Iterator[tuple[TextWindow, Any]]:
+        """(window, work(window, bar)) for each window, in order, under one progress bar;
+        `last_stats` counts the whole stream."""
         start_time = time.perf_counter()
         self.last_stats = InferenceStats()
         with self._progress(total, progress) as bar:
             for window in windows:
-                yield window, self._features_window(window, hidden_index, combine, batch_size,
-                                                    stride, bar, batch_invariant)
+                yield window, work(window, bar)
                 self.last_stats.seconds = time.perf_counter() - start_time
 
     def precision_record(self) -> dict[str, Any]:

@@ -4,6 +4,8 @@ from what the fine-tuning run saved there (e.g. SQuAD v2.0's null threshold)."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,9 @@ def evaluate_model(model_dir: str | Path, task: Task, path: Path, settings: Feat
     return metrics
 
 
+PREDICT_WINDOW = 4096  # inputs featurized, run and decoded at a time: memory is bounded by it
+
+
 def predict_examples(model_dir: str | Path, task: Task, examples: list[Any],
                      settings: FeatureSettings, batch_size: int = 64, scores: bool = False
                      ) -> list[dict[str, Any]]:
@@ -87,11 +92,26 @@ def predict_examples(model_dir: str | Path, task: Task, examples: list[Any],
     label or ending probabilities)."""
     if not examples:
         raise BertkitError("no inputs to predict on")
+    return [record for window in predict_windows(model_dir, task, examples, settings,
+                                                 batch_size, scores)
+            for record in window]
+
+
+def predict_windows(model_dir: str | Path, task: Task, examples: Iterable[Any],
+                    settings: FeatureSettings, batch_size: int = 64, scores: bool = False,
+                    window: int = PREDICT_WINDOW) -> Iterator[list[dict[str, Any]]]:
+    """The records of `predict_examples`, `window` examples at a time, in input order: the
+    examples are read as they are needed, so an input of any length takes the memory of one
+    window. Every example is answered on its own, so the windows do not change an answer."""
     model, tokenizer = load_for(task, model_dir)
-    features = task.featurize(examples, tokenizer, settings, model.config.label2id, train=False)
-    outputs = run_model(model, features, task.collate, task.output_keys, batch_size,
-                        require_finite=True)
     id2label = model.config.id2label
-    final = task.final_predictions(task.decode(examples, features, outputs, id2label, settings), {})
-    extra = task.prediction_scores(examples, features, outputs, id2label) if scores else {}
-    return [{**task.output_record(e, final[e.guid]), **extra.get(e.guid, {})} for e in examples]
+    inputs = iter(examples)
+    while chunk := list(itertools.islice(inputs, window)):
+        features = task.featurize(chunk, tokenizer, settings, model.config.label2id,
+                                  train=False)
+        outputs = run_model(model, features, task.collate, task.output_keys, batch_size,
+                            require_finite=True)
+        final = task.final_predictions(task.decode(chunk, features, outputs, id2label, settings),
+                                       {})
+        extra = task.prediction_scores(chunk, features, outputs, id2label) if scores else {}
+        yield [{**task.output_record(e, final[e.guid]), **extra.get(e.guid, {})} for e in chunk]
