@@ -1,6 +1,7 @@
 """A real server on a loopback port and a raw socket: a body shorter than its Content-Length is
 answered 408 and its connection closed within the configured bound, not held for as long as the
-client waits; complete requests before and after are answered as usual."""
+client waits; so is a connection whose headers never end; complete requests before and after
+are answered as usual."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import uvicorn
 from bertkit.serve.app import create_app
 from bertkit.serve.models import load_models
 from bertkit.serve.safety import Limits
+from bertkit.serve.server import uvicorn_config
 
 BOUND = 1.0  # seconds
 
@@ -23,7 +25,7 @@ BOUND = 1.0  # seconds
 @pytest.fixture(scope="module")
 def port(tiny_models) -> Iterator[int]:
     app = create_app(load_models([tiny_models["mlm"]]), Limits(body_timeout_s=BOUND))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", 0, Limits(body_timeout_s=BOUND)))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -71,6 +73,29 @@ def test_a_body_shorter_than_its_content_length_is_answered_408_within_the_bound
     assert closed  # the connection is given up, not kept for the rest of the body
     detail = json.loads(data.split(b"\r\n\r\n", 1)[1])["detail"]
     assert "did not arrive within 1 s" in detail
+
+
+@pytest.mark.parametrize("start", [b"", b"POST /tokenize HT", b"GET / HTTP/1.1\r\nHost: loc"])
+def test_a_connection_whose_headers_do_not_end_is_closed_within_the_bound(port, start):
+    data, _, closed = exchange(port, start, wait=BOUND + 5.0)
+    assert closed and data == b""
+
+
+def test_headers_sent_a_byte_at_a_time_meet_one_deadline(port):
+    request = post("/tokenize", b"{}")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        start = time.monotonic()
+        with pytest.raises(OSError):  # a byte every 0.2 s: each in time, the headers not
+            for i in range(len(request)):
+                sock.sendall(request[i:i + 1])
+                time.sleep(0.2)
+                sock.settimeout(0.01)
+                try:
+                    if sock.recv(65536) == b"":
+                        raise ConnectionResetError("closed by the server")
+                except TimeoutError:
+                    pass
+        assert time.monotonic() - start < BOUND + 2.0
 
 
 def test_complete_requests_are_answered_before_and_after(port):

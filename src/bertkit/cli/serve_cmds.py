@@ -35,8 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="WordPieces per text")
     p.add_argument("--max-body-bytes", type=int, default=LIMIT_DEFAULTS.max_body_bytes)
     p.add_argument("--body-timeout", type=float, default=LIMIT_DEFAULTS.body_timeout_s,
-                   metavar="SECONDS", help="seconds a request body may take to arrive; a slower "
-                   "one is answered 408 and its connection closed")
+                   metavar="SECONDS", help="seconds a request's headers, and then its body, "
+                   "may each take to arrive; late headers close the connection, a late body is "
+                   "answered 408 and its connection closed")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.set_defaults(func=run_serve)
 

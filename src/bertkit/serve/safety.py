@@ -26,7 +26,8 @@ class Limits:
     max_tokens: int = 512  # WordPieces per text, [CLS]/[SEP] included, before truncation
     attention_tokens: int = 128  # tokens of a text shown as attention maps / layer vectors
     # seconds a request's whole body may take to arrive (1 MB at 100 KB/s): a client that sends
-    # less than its Content-Length would otherwise hold its connection for as long as it waits
+    # less than its Content-Length would otherwise hold its connection for as long as it waits;
+    # a request's headers get as long (`server.header_deadline_protocol`)
     body_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
