@@ -1,6 +1,8 @@
 """Robustness of the real `bertkit` CLI against bad input, careless users and attackers.
 
-Every case runs `python -m bertkit ...` in a subprocess and asserts that it
+Every case runs `python -m bertkit ...` in a process of its own (forked from a server that has
+imported bertkit once, tests/forked_cli.py: the start-up was most of a case's time) and asserts
+that it
   * exits non-zero,
   * writes exactly ONE line to stderr, starting with `bertkit: error:`, with no traceback,
   * names the offending file or option in that line, and
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -29,6 +32,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.forked_cli import ForkedCli
 from tests.helpers import missing
 
 TIMEOUT = 120
@@ -180,8 +184,9 @@ def snapshot(paths: list[Path]) -> dict[str, str]:
     return out
 
 
-def execute(case: Case, world: World) -> Outcome | BaseException:
-    """Sets the case up, runs its command, hashes the watched files before and after."""
+def execute(case: Case, world: World, servers: queue.Queue) -> Outcome | BaseException:
+    """Sets the case up, runs its command (a fresh `python -m bertkit` process, forked from one
+    of `servers`: tests/forked_cli.py), hashes the watched files before and after."""
     try:
         spec = case.setup(world)
     except (pytest.skip.Exception, Exception) as err:  # re-raised by the case's own test
@@ -189,12 +194,14 @@ def execute(case: Case, world: World) -> Outcome | BaseException:
     outcome = Outcome(spec, [sys.executable, "-m", "bertkit", *map(str, spec.args)],
                       before=snapshot(spec.watch))
     start = time.perf_counter()
+    server = servers.get()
     try:
-        proc = subprocess.run(outcome.argv, capture_output=True, text=True, env=ENV,
-                              timeout=TIMEOUT)
+        proc = server.run(outcome.argv[3:], timeout=TIMEOUT)
         outcome.returncode, outcome.stdout, outcome.stderr = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as err:
         outcome.stderr = f"<timed out after {TIMEOUT}s> {err.stderr!r}"
+    finally:
+        servers.put(server)
     outcome.seconds = time.perf_counter() - start
     outcome.after = snapshot(spec.watch)
     return outcome
@@ -219,14 +226,19 @@ def outcomes(request, tmp_path_factory, tiny_model, glue_data, minilm):
     run_future = builder.submit(build_sst2_run, tmp_path_factory.mktemp("robust-sst2") / "sst2-run",
                                 tiny_model, glue_data)
     pool = ThreadPoolExecutor(max_workers=2)
+    servers: queue.Queue = queue.Queue()
+    for _ in range(2):
+        servers.put(ForkedCli(ENV))
     results = {}
     for case_id in order:
         world = World(tmp_path_factory.mktemp(f"case-{case_id}"), tiny_model, glue_data, run_future,
                       minilm)
-        results[case_id] = pool.submit(execute, CASES[case_id], world)
+        results[case_id] = pool.submit(execute, CASES[case_id], world, servers)
     yield results
     pool.shutdown(wait=True, cancel_futures=True)
     builder.shutdown(wait=True, cancel_futures=True)
+    while not servers.empty():
+        servers.get().close()
 
 
 def names(line: str, name: str) -> bool:
