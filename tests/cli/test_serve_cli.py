@@ -16,10 +16,21 @@ def test_serve_loads_models_then_runs_uvicorn_on_loopback(monkeypatch, minilm_pa
     import bertkit.serve.server as server
 
     seen = {}
-    monkeypatch.setattr(server.uvicorn, "run", lambda app, **kw: seen.update(app=app, **kw))
-    assert main(["serve", str(minilm_path), "--port", "8123", "--max-batch", "4"]) == 0
-    assert seen["host"] == "127.0.0.1" and seen["port"] == 8123
-    paths = {route.path for route in seen["app"].routes}
+
+    class Server:  # uvicorn.Server, recording its settings instead of opening the port
+        def __init__(self, config):
+            seen["config"] = config
+
+        def run(self):
+            seen["ran"] = True
+
+    monkeypatch.setattr(server.uvicorn, "Server", Server)
+    assert main(["serve", str(minilm_path), "--port", "8123", "--max-batch", "4",
+                 "--body-timeout", "3"]) == 0
+    config = seen["config"]
+    assert seen["ran"] and config.host == "127.0.0.1" and config.port == 8123
+    assert config.http.__name__ == "HeaderDeadline"  # the header deadline is what uvicorn runs
+    paths = {route.path for route in config.app.routes}
     assert {"/", "/health", "/models", "/embed", "/predict", "/attention", "/layers"} <= paths
 
 
