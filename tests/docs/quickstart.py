@@ -25,7 +25,7 @@ SCALED = [
                                                  "--batch-size 16"),
     (r"--budget-minutes 10", "--budget-minutes 0.05"),
     (r"--lr 2e-5,3e-5,5e-5 --epochs 2,3 --seeds 3",
-     "--lr 2e-5,5e-5 --epochs 1 --seeds 2 --max-train-examples 16"),
+     "--lr 2e-5,5e-5 --epochs 1 --seeds 2 --max-train-examples 16 --max-eval-examples 32"),
     # MiniLM fine-tuning on the CPU: a few steps show each command works end to end (SQuAD's
     # 384-token windows were most of this test's time)
     (r"^(bertkit finetune (?:sst2|squad1) .*)$", r"\1 --max-train-examples 16 --epochs 1"),
