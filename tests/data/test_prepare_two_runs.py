@@ -16,15 +16,12 @@ import pytest
 
 from bertkit.cli.main import main
 from bertkit.io import LOCK_FILE
-from tests.helpers import held_elsewhere
+from tests.helpers import held_elsewhere, wikitext_corpus
 
 
 @pytest.fixture(scope="module")
 def corpus(shared_data, tmp_path_factory) -> Path:
-    lines = (shared_data / "wikitext-2" / "wiki.test.raw").read_bytes().split(b"\r\n")[:1000]
-    path = tmp_path_factory.mktemp("corpus") / "wiki.raw"
-    path.write_bytes(b"\r\n".join(lines))
-    return path
+    return wikitext_corpus(shared_data, tmp_path_factory.mktemp("corpus"))
 
 
 def argv(corpus: Path, tokenizer: Path, out: Path, seed: int, *extra: str) -> list[str]:

@@ -17,6 +17,7 @@ import pytest
 
 from bertkit.cli.main import main
 from bertkit.io import LOCK_FILE
+from tests.helpers import wikitext_corpus
 
 
 class Disk:
@@ -46,10 +47,7 @@ def disk(tmp_path) -> Iterator[Disk]:
 
 @pytest.fixture(scope="module")
 def corpus(shared_data, tmp_path_factory) -> Path:
-    lines = (shared_data / "wikitext-2" / "wiki.test.raw").read_bytes().split(b"\r\n")[:1000]
-    path = tmp_path_factory.mktemp("corpus") / "wiki.raw"
-    path.write_bytes(b"\r\n".join(lines))
-    return path
+    return wikitext_corpus(shared_data, tmp_path_factory.mktemp("corpus"))
 
 
 def contents(folder: Path) -> dict[str, bytes]:
