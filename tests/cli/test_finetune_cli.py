@@ -440,3 +440,31 @@ def test_a_resumed_grid_starts_the_runs_it_had_not_reached(tiny_model, shared_da
                  "--resume", "--max-train-examples", "16", "--epochs", "1", "--no-progress"])
     assert code == 1 and "holds no earlier grid" in capsys.readouterr().err
     assert not fresh.exists()
+
+
+def test_a_regression_head_starts_at_the_labels_mean_unless_told_zero(tiny_model, shared_data,
+                                                                    tmp_path):
+    """STS-B's scores average about 2.7; from Hugging Face's zero bias a short run spends its
+    steps moving the output there (its predictions then barely vary). With the default
+    `--regression-bias mean` the head starts at the training labels' mean; at an lr too small
+    to move it, the exported bias is that mean, and with `zero` it stays at 0."""
+    from safetensors.torch import load_file
+
+    from bertkit.tasks import get_task
+
+    args, _ = task_args("stsb", shared_data, tmp_path)
+    rows = (shared_data / "glue" / "STS-B" / "train.tsv").read_text(encoding="utf-8")
+    scores = [float(line.split("\t")[-1]) for line in rows.splitlines()[1:25]]
+    mean = sum(scores) / len(scores)
+    assert get_task("stsb").regression and abs(mean) > 1  # a bias of 0 would be far from it
+    for bias, expected in (("mean", mean), ("zero", 0.0)):
+        out = tmp_path / bias
+        metrics = finetune(tiny_model, out, "stsb", [*args, "--regression-bias", bias,
+                                                     "--lr", "1e-9"])
+        assert metrics["steps"] >= 1
+        state = load_file(out / "model.safetensors")
+        assert state["classifier.bias"].item() == pytest.approx(expected, abs=1e-4)
+        settings = json.loads((out / "finetune_config.json").read_text())
+        assert settings["regression_bias"] == bias
+    with pytest.raises(SystemExit):
+        main(["finetune", "stsb", "--model", str(tiny_model), "--regression-bias", "median"])

@@ -149,3 +149,37 @@ def test_no_model_and_another_recipe_are_refused(shared_data, tmp_path, tiny_mod
     (tmp_path / "work" / "study.json").write_text(json.dumps({"recipe": {"task": "sst2"}}))
     assert study(tmp_path, data, tiny_model) == 1
     assert "made with other settings" in capsys.readouterr().err
+
+
+def test_a_regression_curve_records_where_its_head_starts_and_says_it(tmp_path, monkeypatch):
+    """The head's starting bias is part of the recipe: passed to every fine-tuning run, kept in
+    study.json (runs made under another start are never mixed in), and said by the report."""
+    from bertkit.studies.learning_curve import study as lc_study
+    from bertkit.studies.learning_curve.plan import Recipe, Run
+
+    recipe = Recipe("stsb", "train.tsv", "dev.tsv")
+    assert recipe.settings()["regression_bias"] == "mean"
+    seen = {}
+
+    def finetune_cell(cfg, model_dir, task, folder, seed):
+        seen["bias"] = cfg.regression_bias
+        return {"score": 50.0, "seconds": 1.0}
+
+    monkeypatch.setattr(lc_finetune.pipeline, "finetune_cell", finetune_cell)
+    zero = Recipe("stsb", "train.tsv", "dev.tsv", regression_bias="zero")
+    lc_finetune.finetune_run(zero, tmp_path, tmp_path / "t.tsv", Run("finetune", "m", 50, 0), 1e-4,
+                             tmp_path / "run")
+    assert seen["bias"] == "zero"
+
+    lc_study.claim_recipe(tmp_path / "work", zero)
+    with pytest.raises(lc_study.BertkitError, match="regression_bias"):
+        lc_study.claim_recipe(tmp_path / "work", recipe)
+
+    record = {"date": "2026-12-07", "seconds": 1}
+    said = lc_study.header_line("stsb", [record], recipe.settings())
+    assert "starts at the training labels' mean" in said
+    older = {k: v for k, v in recipe.settings().items() if k != "regression_bias"}
+    assert "starts at 0" in lc_study.header_line("stsb", [record], older)
+    assert "regression head" not in lc_study.header_line("sst2", [record], recipe.settings())
+    with pytest.raises(lc_study.BertkitError, match="--regression-bias must be one of"):
+        Recipe("stsb", "", "", regression_bias="median")

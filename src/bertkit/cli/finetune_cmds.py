@@ -19,7 +19,14 @@ from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.inference.finetuned import PREDICT_WINDOW, evaluate_model, predict_windows, task_of
 from bertkit.io import atomic_path, check_new_file, claim_output_dir, progress_bar
-from bertkit.runs.finetune import FinetuneConfig, build_task, check_data, finetune_train_config, run_one
+from bertkit.runs.finetune import (
+    REGRESSION_BIASES,
+    FinetuneConfig,
+    build_task,
+    check_data,
+    finetune_train_config,
+    run_one,
+)
 from bertkit.runs.grid import run_grid
 from bertkit.tasks import ColumnSpec, FeatureSettings
 from bertkit.tasks.inputs import from_records, iter_input, scan_input
@@ -69,6 +76,12 @@ def _add_finetune(subparsers) -> None:
                         help="dropout while fine-tuning (hidden, attention, classifier; default: "
                         "the checkpoint's own config: a model pre-trained without dropout has 0 "
                         "there)")
+    recipe.add_argument("--regression-bias", default=FINETUNE_DEFAULTS.regression_bias,
+                        choices=REGRESSION_BIASES,
+                        help="a regression task's head (STS-B, custom with --regression): mean = start "
+                        "its output at the training labels' mean, so that a short run learns the "
+                        "ranking instead of the offset; zero = Hugging Face's init (default: "
+                        "%(default)s)")
     data = p.add_argument_group("the data")
     add_training_data_options(data)
     _common(data)
@@ -232,7 +245,8 @@ def finetune_config(args: argparse.Namespace) -> tuple[FinetuneConfig, list[floa
         freeze_encoder=args.freeze_encoder, features=args.features,
         columns=_columns(args) or ColumnSpec(), predict_test=not args.no_test_predictions,
         keep_training_state=args.keep_training_state, group_by_length=args.group_by_length,
-        packed=not args.no_packing, dropout=args.dropout, **_feature_options(args))
+        packed=not args.no_packing, dropout=args.dropout,
+        regression_bias=args.regression_bias, **_feature_options(args))
     for ep in epochs[1:]:
         dataclasses.replace(cfg, epochs=ep)
     return cfg, lrs, epochs

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bertkit.cli.common import data_root
 from bertkit.config import PRESETS
+from bertkit.runs.finetune import REGRESSION_BIASES
 from bertkit.runs.pretrain_recipes import RECIPES, recipe_help
 from bertkit.studies.learning_curve import study as learning_curve
 from bertkit.studies.pretraining import cooldown, curve, curve_finetune, recipes
@@ -176,6 +177,10 @@ def _learning_curve_parser(studies: argparse._SubParsersAction) -> None:
     p.add_argument("--epochs", type=float, default=defaults.epochs)
     p.add_argument("--min-steps", type=int, default=defaults.min_steps,
                    help="fine-tuning's floor of optimizer steps (a small subset trains more epochs)")
+    p.add_argument("--regression-bias", default=defaults.regression_bias,
+                   choices=REGRESSION_BIASES,
+                   help="a regression task's head starts at the training labels' mean (mean) or "
+                   "at 0 (zero, Hugging Face's init) (default: %(default)s)")
     p.add_argument("--threads", type=int, default=defaults.threads, help="torch threads")
     p.add_argument("--status", action="store_true", help="print the tables of what is recorded")
     p.add_argument("--report", type=Path, default=None, metavar="DIR",

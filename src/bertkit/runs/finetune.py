@@ -39,7 +39,7 @@ from bertkit.errors import BertkitError
 from bertkit.heads import HEAD_CLASSES
 from bertkit.io import atomic_write_json
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task, get_task
-from bertkit.tasks.base import split_dev
+from bertkit.tasks.base import Feature, split_dev
 from bertkit.tasks.feature_based import load_feature_model
 from bertkit.tasks.splits import Split, evaluate_splits, featurized, load_split, save_release
 from bertkit.tokenization import BertTokenizer
@@ -52,6 +52,7 @@ from bertkit.training.stream import stream_seed
 log = logging.getLogger(__name__)
 
 FINETUNE_MARKER = "finetune_config.json"  # written first: marks a folder as a fine-tuning run
+REGRESSION_BIASES = ("mean", "zero")  # FinetuneConfig.regression_bias
 
 
 def finetune_train_config(output_dir: str = "", **changes: Any) -> TrainConfig:
@@ -98,6 +99,12 @@ class FinetuneConfig:
     # own. A model pre-trained without dropout (Cramming's recipe, the pre-training curve's)
     # exports 0, and would otherwise fine-tune without any.
     dropout: float | None = None
+    # A regression head's starting bias: "mean" starts its output at the training labels' mean;
+    # "zero" is Hugging Face's init. From zero, a short run (few labels: tens of steps) spends
+    # its updates moving the output to the labels' mean (STS-B's is 2.7, each AdamW step moves a
+    # weight about one lr): the pooled vector saturates and the predictions barely vary. Measured:
+    # docs/reports/learning-curve.md, "STS-B". A classification head is not affected.
+    regression_bias: str = "mean"
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.epochs) and self.epochs > 0):
@@ -109,6 +116,9 @@ class FinetuneConfig:
                 raise BertkitError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
         if self.dropout is not None and not 0 <= self.dropout < 1:
             raise BertkitError(f"--dropout must be in [0, 1), got {self.dropout}")
+        if self.regression_bias not in REGRESSION_BIASES:
+            raise BertkitError(f"--regression-bias must be one of {', '.join(REGRESSION_BIASES)}, "
+                               f"got {self.regression_bias!r}")
         if self.split_dev is not None and not 0 < self.split_dev < 1:
             raise BertkitError(f"--split-dev must be between 0 and 1, got {self.split_dev}")
 
@@ -284,6 +294,8 @@ def _train_claimed(task: Task, cfg: FinetuneConfig, data: TaskData, tokenizer: B
     main = distributed.is_main()
     model = load(task, cfg.model_dir, data.labels, cfg)
     check_vocab(model.config, tokenizer, cfg.model_dir)
+    if task.regression and cfg.regression_bias == "mean":
+        start_at_label_mean(model, data.train.features)  # a resumed run loads its own weights
     loop_cfg = dataclasses.replace(train_config(cfg, len(data.train.features)), resume=resume)
     lengths = feature_lengths(data.train.features) if cfg.group_by_length else None
     result = train(model, data.train.features, training_collate(task, model, cfg), loop_cfg,
@@ -301,6 +313,20 @@ def _train_claimed(task: Task, cfg: FinetuneConfig, data: TaskData, tokenizer: B
     if not cfg.keep_training_state:  # the release is what a finished run keeps
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
     return record
+
+
+def start_at_label_mean(model: nn.Module, features: list[Feature]) -> None:
+    """Set a regression head's bias to the mean of the training labels (FinetuneConfig's
+    `regression_bias`): the model starts by predicting the average score, not 0."""
+    head = getattr(model, "classifier", None)
+    labels = [float(f["labels"]) for f in features if "labels" in f]
+    if not (isinstance(head, nn.Linear) and head.out_features == 1 and head.bias is not None):
+        raise BertkitError(f"--regression-bias mean: {type(model).__name__} has no one-output "
+                           "`classifier` layer to start at the labels' mean; use "
+                           "--regression-bias zero")
+    if labels:
+        with torch.no_grad():
+            head.bias.fill_(sum(labels) / len(labels))
 
 
 def train_record(task: Task, cfg: FinetuneConfig, data: TaskData,

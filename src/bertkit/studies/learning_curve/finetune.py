@@ -23,7 +23,7 @@ def finetune_run(recipe: Recipe, model_dir: Path, train_file: Path, run: Run, lr
         lr=lr, batch_size=recipe.batch_size, precision="fp32", progress=False),
         epochs=recipe.epochs_for(run.size), max_seq_length=recipe.max_seq_length,
         max_eval_examples=recipe.dev_examples, train_file=str(train_file),
-        dev_file=recipe.dev_file, predict_test=False)
+        dev_file=recipe.dev_file, predict_test=False, regression_bias=recipe.regression_bias)
     record = pipeline.finetune_cell(cfg, model_dir, recipe.task, folder, run.seed)
     shutil.rmtree(folder, ignore_errors=True)
     reason = record.get("collapse_reason")

@@ -19,6 +19,7 @@ from typing import Any
 
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
+from bertkit.runs.finetune import REGRESSION_BIASES
 from bertkit.studies import pipeline
 from bertkit.studies.label_curve import subset_indices, write_subset
 from bertkit.tasks import get_task
@@ -48,6 +49,9 @@ class Recipe:
     min_steps: int = 50
     batch_size: int = 32
     selection_seed: int = 100  # the seed whose runs choose each rate, never reported
+    # A regression head's starting bias (FinetuneConfig.regression_bias): at the training
+    # labels' mean, so that a few dozen steps learn the ranking instead of the offset
+    regression_bias: str = "mean"
 
     def __post_init__(self) -> None:
         if self.task not in GLUE_TASKS:
@@ -61,6 +65,9 @@ class Recipe:
                 or len(set(self.lr_grid)) != len(self.lr_grid):
             raise BertkitError("--lr-grid: one or more distinct rates > 0, got "
                                f"{','.join(f'{lr:g}' for lr in self.lr_grid) or 'none'}")
+        if self.regression_bias not in REGRESSION_BIASES:
+            raise BertkitError(f"--regression-bias must be one of {', '.join(REGRESSION_BIASES)}, "
+                               f"got {self.regression_bias!r}")
         if not (math.isfinite(self.epochs) and self.epochs > 0) or self.min_steps < 1:
             raise BertkitError(f"--epochs must be > 0 and --min-steps >= 1, got {self.epochs:g} "
                                f"and {self.min_steps}")

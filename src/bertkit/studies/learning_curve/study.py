@@ -61,6 +61,7 @@ class LearningCurveRequest:
     lr_grid: tuple[float, ...] = RECIPE.lr_grid
     epochs: float = RECIPE.epochs
     min_steps: int = RECIPE.min_steps
+    regression_bias: str = RECIPE.regression_bias
     threads: int = 1
     status: bool = False
     report: Path | None = None
@@ -82,7 +83,8 @@ class LearningCurveRequest:
         if self.threads < 1:
             raise BertkitError(f"--threads must be >= 1, got {self.threads}")
         Recipe(self.task, "", "", max_seq_length=self.max_seq_length, dev_examples=self.dev_examples,
-               lr_grid=self.lr_grid, epochs=self.epochs, min_steps=self.min_steps)
+               lr_grid=self.lr_grid, epochs=self.epochs, min_steps=self.min_steps,
+               regression_bias=self.regression_bias)
         if self.report is not None and self.report.exists() and not self.report.is_dir():
             raise BertkitError(f"--report {self.report}: a file, not a folder")
 
@@ -114,7 +116,7 @@ def run_learning_curve(req: LearningCurveRequest) -> int:
     train_file, dev_file = (str(Path(files[k]).resolve()) for k in ("train_file", "dev_file"))
     recipe = Recipe(req.task, train_file, dev_file, max_seq_length=req.max_seq_length,
                     dev_examples=req.dev_examples, lr_grid=req.lr_grid, epochs=req.epochs,
-                    min_steps=req.min_steps)
+                    min_steps=req.min_steps, regression_bias=req.regression_bias)
     train = plan.read_examples(req.task, recipe.train_file)
     dev = plan.read_examples(req.task, recipe.dev_file, recipe.dev_examples)
     sizes = plan.resolve_sizes(plan.parse_sizes(req.sizes), len(train), recipe.train_file)
@@ -249,12 +251,16 @@ def header_line(task: str, records: list[dict[str, Any]], settings: dict[str, An
     grid = ", ".join(f"{lr:g}" for lr in settings.get("lr_grid", ()))
     dev = settings.get("dev_examples") or "all"
     seconds = sum(r.get("seconds", 0) for r in records)
+    head = ("" if not get_task(task).regression else
+            " The regression head starts at the training labels' mean." if
+            settings.get("regression_bias") == "mean" else
+            " The regression head starts at 0 (Hugging Face's init).")
     return (f"**{task}**, dev: {dev} examples, max length {settings.get('max_seq_length')}. Frozen: "
             f"mean-pooled fp32 vectors, standardized, into logistic regression (classification) or "
             f"ridge regression, its regularization chosen by cross-validation on the subset. "
             f"Fine-tuned: batch {settings.get('batch_size')}, {settings.get('epochs'):g} epochs or "
             f"at least {settings.get('min_steps')} steps, the rate chosen per model and label count "
-            f"from {{{grid}}} on seed {settings.get('selection_seed')} (not reported). Subsets: the "
+            f"from {{{grid}}} on seed {settings.get('selection_seed')} (not reported).{head} Subsets: the "
             f"first N of a seeded shuffle of the training set, the same for every model at a seed. "
             f"Measured on {machine_name(records[0])}, {dates[0] if dates else '?'} to "
             f"{dates[-1] if dates else '?'}, {seconds / 3600:.1f} hours of runs in all.")

@@ -227,7 +227,10 @@ def finetune_points(store: ResultsStore, cells: ResultsStore, settings: CurveSet
     files, _ = task_files(ft.task, data)
     recipe = FinetuneConfig(ft.task, "", "", train=finetune_train_config(precision="fp32",
                             progress=False), epochs=ft.epochs, max_seq_length=128,
-                            max_train_examples=ft.train_examples, dropout=ft.dropout, **files)
+                            max_train_examples=ft.train_examples, dropout=ft.dropout,
+                            # the recorded STS-B cells were fine-tuned from Hugging Face's zero
+                            # head: a resumed study keeps that start, never mixing two
+                            regression_bias="zero", **files)
     cell = CellRunner(cells, ft, recipe, work).run
 
     # Passes over every model until all its cells are recorded: a pass runs each cell no other

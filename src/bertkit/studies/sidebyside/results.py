@@ -126,7 +126,8 @@ def finetune_config(task: str, spec: dict, seed: int, out: str, args,
                           max_train_examples=args.train_examples,
                           max_eval_examples=args.dev_examples, split_dev=spec.get("split_dev"),
                           predict_test="f1_test" in spec.get("metrics", ()),
-                          freeze_encoder=freeze, features="concat-last-4" if freeze else "cls")
+                          freeze_encoder=freeze, features="concat-last-4" if freeze else "cls",
+                          regression_bias="zero")  # the reference loop's (Hugging Face's) init
 
 
 def metric_names(task: str) -> list[str]:

@@ -144,6 +144,7 @@ def run_bertkit(task_name: str, seed: int, epochs: float, model_dir: str, args,
             task=task_name, model_dir=model_dir, data_dir=str(args.glue), train=train,
             epochs=epochs, max_seq_length=128, max_train_examples=args.train_examples,
             max_eval_examples=args.dev_examples, predict_test=False,
+            regression_bias="zero",  # the reference loop's (Hugging Face's) head init
             **({} if grouped is None else {"group_by_length": grouped, "packed": grouped})),
             load=load)
         return {"score": metrics[get_task(task_name).main_metric],
