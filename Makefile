@@ -13,11 +13,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install "torch==2.13.0"
 	$(BIN)/python -m pip install -e ".[test]"
 	# the explorer page's browser test (tests/serve) drives Debian's headless Chromium, and the
-	# features guide's R block runs in R (r-base-core); where apt-get cannot install them (no
-	# root), those tests skip and say why (in CI they fail instead)
-	(command -v chromium && command -v chromedriver && command -v Rscript) >/dev/null || \
+	# features guide's R blocks run in R (r-base-core, r-cran-reticulate); where apt-get cannot
+	# install them (no root), those tests skip and say why (in CI they fail instead)
+	(command -v chromium && command -v chromedriver && command -v Rscript && \
+		Rscript -e 'library(reticulate)') >/dev/null 2>&1 || \
 		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
-		--no-install-recommends chromium chromium-driver r-base-core) \
+		--no-install-recommends chromium chromium-driver r-base-core r-cran-reticulate) \
 		|| echo "note: headless Chromium or R could not be installed; their tests will skip"
 	touch $(STAMP)
 

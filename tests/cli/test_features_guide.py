@@ -88,8 +88,25 @@ def test_r_block(ran):
     """Base R reads the CSV feature table and joins it to labels on the id."""
     if shutil.which("Rscript") is None:
         missing("Rscript is not installed (Debian: r-base-core; `make setup` installs it)")
-    (code,) = [body for _, body in blocks("r")]
+    (code,) = [body for _, body in blocks("r") if "read.csv" in body]
     proc = subprocess.run(["Rscript", "-e", code], cwd=ran, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["3", "128", "3"]
+
+
+def test_r_reticulate_block(ran):
+    """R calls bertkit's embedder through reticulate (this test's Python, as RETICULATE_PYTHON)
+    and gets a numeric matrix, one row a text, that lm takes."""
+    if shutil.which("Rscript") is None:
+        missing("Rscript is not installed (Debian: r-base-core; `make setup` installs it)")
+    check = subprocess.run(["Rscript", "-e", "library(reticulate)"], capture_output=True, text=True)
+    if check.returncode != 0:
+        missing("R's reticulate is not installed (Debian: r-cran-reticulate; `make setup` "
+                "installs it)")
+    (code,) = [body for _, body in blocks("r") if "reticulate" in body]
+    env = {**os.environ, "RETICULATE_PYTHON": sys.executable}
+    proc = subprocess.run(["Rscript", "-e", code], cwd=ran, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["matrix", "4", "128", "3"]

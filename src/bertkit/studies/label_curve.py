@@ -187,12 +187,12 @@ def cells_table(cells: Cells, rows: Sequence[tuple[str, str]], name: RowName,
 def plot_cells(cells: Cells, lines: Sequence[tuple[str, str, int, bool]],
                label: Callable[[str, str], str], png: Path, title: str) -> Path | None:
     """Median score against labels (log scale), the interquartile range as bars: one line per
-    (variant, approach, colour, pre-trained) of `lines`, fine-tuned with circles, frozen with
-    squares, a random twin dashed in its model's colour."""
+    (variant, approach, colour, pre-trained) of `lines`, fine-tuned with filled circles, frozen
+    with hollow squares, a random twin dashed in its model's colour."""
     plt = pyplot()
     if plt is None or not cells:
         return None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7, 5.5))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for variant, approach, colour, pretrained in lines:
         points = sorted((s, c) for (v, a, s), c in cells.items() if (v, a) == (variant, approach))
@@ -203,12 +203,14 @@ def plot_cells(cells: Cells, lines: Sequence[tuple[str, str, int, bool]],
                [c.iqr[1] - m for m, (_, c) in zip(medians, points)]]
         ax.errorbar([s for s, _ in points], medians, yerr=err, capsize=3,
                     color=colours[colour % len(colours)], ls="-" if pretrained else "--",
-                    marker="o" if approach == "finetune" else "s", label=label(variant, approach))
+                    marker="o" if approach == "finetune" else "s",
+                    mfc=None if approach == "finetune" else "white", label=label(variant, approach))
     sizes = sorted({s for (_, _, s) in cells})
     ax.set(xscale="log", xlabel="labelled training examples", ylabel="dev score (median, IQR)",
            title=title)
     ax.set_xticks(sizes, [f"{s:,}" for s in sizes])
     ax.minorticks_off()
-    ax.legend(fontsize=7)
-    fig.tight_layout()
+    # below the axes: inside, it covers the middle of the curves
+    fig.legend(fontsize=7, loc="lower center", ncol=2)
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
     return save_figure(fig, plt, png)

@@ -129,7 +129,8 @@ def verdict(cells: Mapping[tuple[str, str, int], Cell], counts: Sequence[int]) -
         no = [n for n, p in found.items() if p is False]
         paid = paid or bool(yes)
         if yes or no:
-            said.append(f"{what}: pays at {join(yes)} labels" + (f", not at {join(no)}" if no else "")
+            said.append(f"{what}: pays at {join(yes)} labels{collapsed_twin(cells, approach, yes)}"
+                        + (f", not at {join(no)}" if no else "")
                         if yes else f"{what}: does not pay at {join(no)} labels")
     if not said:
         return "The learning curve has no measured cells yet."
@@ -138,6 +139,18 @@ def verdict(cells: Mapping[tuple[str, str, int], Cell], counts: Sequence[int]) -
             "Own pre-training does not pay at any label count measured (no gain over random init "
             "beyond 2 standard errors)")
     return f"{lead}: {'; '.join(said)}."
+
+
+def collapsed_twin(cells: Mapping[tuple[str, str, int], Cell], approach: str,
+                   counts: Sequence[int]) -> str:
+    """Where a gain is over a twin whose seeds collapsed to one class, that is said: the
+    pre-trained model beat a model that learned nothing there, not a working one."""
+    notes = []
+    for n in counts:
+        twin = cells.get(("random", approach, n))
+        if twin is not None and twin.collapsed:
+            notes.append(f"{twin.collapsed} of the twin's {len(twin.scores)} seeds at {n:,}")
+    return f" (over a twin that collapsed to one class: {'; '.join(notes)})" if notes else ""
 
 
 def join(counts: Sequence[int]) -> str:
