@@ -60,6 +60,9 @@ def test_steps_follow_epochs_and_max_steps_caps_them():
     loop = train_config(cfg(epochs=3.0), 100)
     assert loop.max_steps == 12 and loop.save_every == 4  # a resumable state per epoch
     assert train_config(cfg(epochs=3.0, train=dict(save_every=5)), 100).save_every == 5
+    # 50 labels for 50 steps (2 steps an epoch): a state every 3 epochs (6 steps), not every 2
+    # steps; still on an epoch's end
+    assert train_config(cfg(epochs=25.0), 50).save_every == 6
     with pytest.raises(BertkitError, match="--save-every must be >= 0"):
         cfg(train=dict(save_every=-5))
 

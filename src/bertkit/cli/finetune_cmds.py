@@ -146,7 +146,8 @@ def add_state_options(p: argparse._ActionsContainer, train: TrainConfig) -> None
     p.add_argument("--log-every", type=int, default=train.log_every,
                    help="steps between lines of OUTPUT/metrics.jsonl")
     p.add_argument("--save-every", type=int, default=0,
-                   help="steps between resumable states (default 0: one per epoch); an hour-long "
+                   help="steps between resumable states (default 0: one per epoch, or per few "
+                   "epochs where a run has more than 10); an hour-long "
                    "epoch killed midway then resumes from its last state")
     p.add_argument("--keep-training-state", action="store_true",
                    help="keep checkpoints/ of finished runs (default: only the model)")

@@ -251,12 +251,19 @@ def run_steps(cfg: FinetuneConfig, n_features: int) -> int:
     return min(steps, cfg.train.max_steps) if cfg.train.max_steps else steps
 
 
+STATES_PER_RUN = 10  # at most about this many resumable states a run, by default
+
+
 def train_config(cfg: FinetuneConfig, n_features: int) -> TrainConfig:
     """The loop's settings with the step count known: a resumable state every `save_every`
-    steps where set, else every epoch (the loop always saves the last step)."""
+    steps where set, else every epoch, or every few epochs where a run has more than
+    `STATES_PER_RUN` of them (the loop always saves the last step). Few labels trained for many
+    epochs (50 labels at batch 32 are 2 steps an epoch) would otherwise write a whole state, a
+    few hundred MB, every other step: more time than rerunning the run would cost."""
     steps = run_steps(cfg, n_features)
     steps_per_epoch = max(1, math.ceil(n_features / cfg.train.batch_size))
-    every = cfg.train.save_every or (steps_per_epoch if steps > steps_per_epoch else 0)
+    epochs_apart = math.ceil(math.ceil(steps / STATES_PER_RUN) / steps_per_epoch)
+    every = cfg.train.save_every or (epochs_apart * steps_per_epoch if steps > steps_per_epoch else 0)
     return dataclasses.replace(cfg.train, max_steps=steps, save_every=every)
 
 
