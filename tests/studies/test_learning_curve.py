@@ -74,6 +74,11 @@ def test_crossovers_on_constructed_curves():
                        "m", "m-random")
     assert never.finetune_ahead is None and never.gain_inside == {}
     assert "no crossover yet" in crossover_lines(never)[0]
+    # with the texts apart 90 at 100 labels, fine-tuning (81) is behind the better frozen
+    # approach there and overtakes only at 300
+    apart = cells_of({**{k: c.scores for k, c in cells.items()},
+                      ("m", "frozen-apart", 100): (89, 90, 91), ("m", "frozen-apart", 300): (82, 83, 84)})
+    assert crossovers(apart, "m", "m-random").finetune_ahead == 300
 
 
 def test_subsets_are_nested_and_the_same_for_every_model_at_a_seed():
@@ -120,7 +125,8 @@ def test_a_tiny_curve_records_every_run_reports_and_resumes(shared_data, tmp_pat
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--approach", "frozen,linear"], "one or both of finetune, frozen"),
+    (["--approach", "frozen,linear"], "one or more of finetune, frozen, frozen-apart"),
+    (["--approach", "frozen-apart"], "sst2 has one text per example"),
     (["--sizes", "100,50"], "distinct label counts, rising"),
     (["--sizes", "50,x"], "is not a label count"),
     (["--sizes", "all,50"], "'all' last"),
@@ -183,3 +189,44 @@ def test_a_regression_curve_records_where_its_head_starts_and_says_it(tmp_path, 
     assert "regression head" not in lc_study.header_line("sst2", [record], recipe.settings())
     with pytest.raises(lc_study.BertkitError, match="--regression-bias must be one of"):
         Recipe("stsb", "", "", regression_bias="median")
+
+
+def test_frozen_apart_compares_the_two_texts_vectors():
+    """[u, v, |u - v|, u * v, cos]: the cosine is the last column, 1 for equal vectors and -1
+    for opposite ones."""
+    u = np.array([[1.0, 0.0], [0.0, 2.0]], dtype=np.float32)
+    v = np.array([[1.0, 0.0], [0.0, -1.0]], dtype=np.float32)
+    got = lc_frozen.pair_features(u, v)
+    assert got.shape == (2, 4 * 2 + 1) and got.dtype == np.float32
+    np.testing.assert_allclose(got[1], [0, 2, 0, -1, 0, 3, 0, -2, -1])
+    assert got[0, -1] == pytest.approx(1.0)
+
+
+def test_a_pair_task_curve_with_its_texts_apart(shared_data, tmp_path, tiny_model, capsys):
+    """STS-B with the three approaches: the apart features are the two texts' own vectors
+    (each encoded alone, as the encoder does for one text), kept beside the joined ones; the
+    report names the approach and sets fine-tuning against the better frozen one."""
+    from bertkit.inference.encoder import Encoder
+    from bertkit.tasks import get_task
+
+    data = small_glue(shared_data, tmp_path / "data", task="STS-B", train=40, dev=24)
+    work = tmp_path / "work"
+    assert main(["study", "learning-curve", "stsb", "--data", str(data), "--model",
+                 f"tiny={tiny_model}", "--sizes", "16,32", "--seeds", "2", "--work", str(work),
+                 "--max-seq-length", "32", "--lr-grid", "1e-3", "--min-steps", "2",
+                 "--approach", "finetune,frozen,frozen-apart"]) == 0
+    records = [json.loads(line) for line in (work / "runs.jsonl").read_text().splitlines()]
+    apart = [r for r in records if r["approach"] == "frozen-apart"]
+    assert len(apart) == 2 * 2 * 2 and all("alpha" in r for r in apart)
+    with np.load(work / "features" / "tiny-T32-apart" / "dev.npz") as saved:
+        vectors = saved["vectors"]
+    dev = get_task("stsb").read(data / "glue" / "STS-B" / "dev.tsv")
+    encoder = Encoder(tiny_model, precision="fp32", max_length=32)
+    u = encoder.encode([dev[0].text_a], pooling="mean", batch_invariant=True)
+    v = encoder.encode([dev[0].text_b], pooling="mean", batch_invariant=True)
+    np.testing.assert_allclose(vectors[0], lc_frozen.pair_features(u, v)[0], atol=1e-5)
+    capsys.readouterr()
+    assert main(["study", "learning-curve", "stsb", "--work", str(work), "--status"]) == 0
+    out = capsys.readouterr().out
+    assert "| tiny | frozen, texts apart + linear |" in out
+    assert "tiny (frozen features, texts apart): the gain over random init" in out

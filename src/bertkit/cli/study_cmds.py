@@ -163,7 +163,9 @@ def _learning_curve_parser(studies: argparse._SubParsersAction) -> None:
     p.add_argument("--sizes", default=defaults.sizes, metavar="LIST",
                    help="label counts, rising, `all` for the whole training set")
     p.add_argument("--approach", default=defaults.approach, metavar="LIST",
-                   help="finetune, frozen or both")
+                   help="finetune, frozen, frozen-apart (a pair task's two texts embedded "
+                   "apart, the linear model reading [u, v, |u-v|, u*v, cosine]) (default: "
+                   "%(default)s)")
     p.add_argument("--seeds", type=int, default=defaults.seeds, help="reported seeds per cell")
     p.add_argument("--work", type=Path, default=None, metavar="DIR",
                    help=f"the study's folder (default: {learning_curve.DEFAULT_WORK}/"

@@ -4,6 +4,10 @@ vector is the same whatever else is encoded with it), and a linear model on top 
 regularization is chosen by cross-validation on the labelled subset alone: logistic regression
 for a classification task, ridge regression for a regression task.
 
+A pair task's two texts are one input (`[CLS] a [SEP] b [SEP]`) by default; with `apart`, each
+text is embedded on its own and the linear model reads how the two vectors compare
+(`pair_features`): the way a sentence encoder is used for similarity and inference.
+
 A variant's vectors are computed once per text and kept under WORK/features/, so that every
 size and seed reads them instead of encoding again."""
 
@@ -32,8 +36,9 @@ class FeatureCache:
     """One variant's vectors of one split's examples, by example index: encoded when first
     asked for, kept in FOLDER/NAME.npz (rewritten whole, atomically, as it grows)."""
 
-    def __init__(self, encoder: Encoder, examples: Sequence[TextExample], path: Path):
-        self.encoder, self.examples, self.path = encoder, examples, path
+    def __init__(self, encoder: Encoder, examples: Sequence[TextExample], path: Path,
+                 apart: bool = False):
+        self.encoder, self.examples, self.path, self.apart = encoder, examples, path, apart
         self.known: dict[int, np.ndarray] = {}
         if path.is_file():
             with np.load(path) as saved:
@@ -44,14 +49,29 @@ class FeatureCache:
         if missing:
             texts = [self.examples[i].text_a for i in missing]
             pairs = [self.examples[i].text_b for i in missing]
-            found = self.encoder.encode(texts, pairs if pairs[0] is not None else None,
-                                        pooling=POOLING, batch_invariant=True)
+            if self.apart:
+                found = pair_features(self.encode(texts), self.encode(pairs))
+            else:
+                found = self.encode(texts, pairs if pairs[0] is not None else None)
             self.known.update(zip(missing, found))
             index = np.array(sorted(self.known), dtype=np.int64)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with atomic_path(self.path) as tmp, open(tmp, "wb") as f:
                 np.savez(f, index=index, vectors=np.stack([self.known[i] for i in index]))
         return np.stack([self.known[int(i)] for i in indices])
+
+    def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> np.ndarray:
+        return self.encoder.encode(list(texts), None if pairs is None else list(pairs),
+                                   pooling=POOLING, batch_invariant=True)
+
+
+def pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """[u, v, |u - v|, u * v, cos(u, v)] per pair: the two texts' vectors and how they compare
+    (the features of InferSent's and Sentence-BERT's classifiers, and the cosine a similarity
+    search ranks by)."""
+    norms = np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1)
+    cosine = np.sum(u * v, axis=1) / np.maximum(norms, 1e-12)
+    return np.concatenate([u, v, np.abs(u - v), u * v, cosine[:, None]], axis=1).astype(np.float32)
 
 
 def frozen_encoder(model_dir: Path, max_length: int) -> Encoder:

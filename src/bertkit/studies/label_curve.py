@@ -113,12 +113,22 @@ class Crossovers:
     gain_sizes: dict[str, tuple[int, ...]]
 
 
+FROZEN = ("frozen", "frozen-apart")  # the frozen approaches; fine-tuning is "finetune"
+APPROACH_WORDS = {"finetune": "fine-tuned", "frozen": "frozen features",
+                  "frozen-apart": "frozen features, texts apart"}
+
+
 def crossovers(cells: Mapping[tuple[str, str, int], Cell], model: str, twin: str) -> Crossovers:
+    """Fine-tuning is set against the better frozen approach at each count (where a pair task
+    measured both)."""
     sizes = sorted({s for (_, _, s) in cells})
-    ahead = {s: cells[(model, "finetune", s)].median > cells[(model, "frozen", s)].median
-             for s in sizes if (model, "finetune", s) in cells and (model, "frozen", s) in cells}
+    ahead = {}
+    for s in sizes:
+        frozen = [cells[(model, a, s)].median for a in FROZEN if (model, a, s) in cells]
+        if (model, "finetune", s) in cells and frozen:
+            ahead[s] = cells[(model, "finetune", s)].median > max(frozen)
     inside, measured = {}, {}
-    for approach in ("finetune", "frozen"):
+    for approach in APPROACH_WORDS:
         within = {}
         for s in sizes:
             pre, rnd = cells.get((model, approach, s)), cells.get((twin, approach, s))
@@ -146,7 +156,7 @@ def crossover_lines(found: Crossovers) -> list[str]:
             f"above theirs from there to {sizes[-1]:,})")
     for approach, at in found.gain_inside.items():
         measured = found.gain_sizes[approach]
-        what = "fine-tuned" if approach == "finetune" else "frozen features"
+        what = APPROACH_WORDS[approach]
         lines.append(
             f"{found.model} ({what}): the gain over random init stays outside 2 standard errors up to "
             f"{measured[-1]:,} labels (the largest measured)" if at is None else
@@ -188,7 +198,8 @@ def plot_cells(cells: Cells, lines: Sequence[tuple[str, str, int, bool]],
                label: Callable[[str, str], str], png: Path, title: str) -> Path | None:
     """Median score against labels (log scale), the interquartile range as bars: one line per
     (variant, approach, colour, pre-trained) of `lines`, fine-tuned with filled circles, frozen
-    with hollow squares, a random twin dashed in its model's colour."""
+    with hollow squares (hollow diamonds: texts apart), a random twin dashed in its model's
+    colour."""
     plt = pyplot()
     if plt is None or not cells:
         return None
@@ -203,7 +214,7 @@ def plot_cells(cells: Cells, lines: Sequence[tuple[str, str, int, bool]],
                [c.iqr[1] - m for m, (_, c) in zip(medians, points)]]
         ax.errorbar([s for s, _ in points], medians, yerr=err, capsize=3,
                     color=colours[colour % len(colours)], ls="-" if pretrained else "--",
-                    marker="o" if approach == "finetune" else "s",
+                    marker={"finetune": "o", "frozen": "s"}.get(approach, "D"),
                     mfc=None if approach == "finetune" else "white", label=label(variant, approach))
     sizes = sorted({s for (_, _, s) in cells})
     ax.set(xscale="log", xlabel="labelled training examples", ylabel="dev score (median, IQR)",

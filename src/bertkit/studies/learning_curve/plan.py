@@ -26,7 +26,10 @@ from bertkit.tasks import get_task
 from bertkit.tasks.glue import GLUE_TASKS, TextExample
 from bertkit.tokenization import BertTokenizer
 
-APPROACHES = ("finetune", "frozen")
+# frozen-apart (pair tasks): the two texts embedded apart and compared (`frozen.pair_features`)
+APPROACHES = ("finetune", "frozen", "frozen-apart")
+DEFAULT_APPROACHES = ("finetune", "frozen")
+FROZEN_APPROACHES = ("frozen", "frozen-apart")
 RANDOM_SUFFIX = "-random"  # a twin's name: its model's name and this
 ALL = "all"  # the size that is the whole training set
 
@@ -194,8 +197,8 @@ def planned_runs(variants: Sequence[Variant], approaches: Sequence[str], sizes: 
     """Every run, cheapest first: the frozen features of every variant, then fine-tuning size
     by size (each variant's rate grid on the selection seed, then its reported seeds), so a
     study stopped early has whole rows at the smallest sizes."""
-    runs = [Run("frozen", v.name, n, s) for n in sizes for v in variants for s in range(seeds)
-            if "frozen" in approaches]
+    runs = [Run(a, v.name, n, s) for a in FROZEN_APPROACHES if a in approaches
+            for n in sizes for v in variants for s in range(seeds)]
     if "finetune" in approaches:
         for n in sizes:
             for v in variants:

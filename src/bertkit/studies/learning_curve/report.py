@@ -25,7 +25,8 @@ from bertkit.studies.label_curve import (
 from bertkit.studies.learning_curve.plan import RANDOM_SUFFIX
 from bertkit.studies.report import check_report_target, markdown_table, write_block
 
-APPROACH_NAMES = {"finetune": "fine-tuned", "frozen": "frozen features + linear"}
+APPROACH_NAMES = {"finetune": "fine-tuned", "frozen": "frozen features + linear",
+                  "frozen-apart": "frozen, texts apart + linear"}
 Cells = Mapping[tuple[str, str, int], Cell]
 
 

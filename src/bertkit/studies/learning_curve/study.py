@@ -29,7 +29,7 @@ from bertkit.studies import frozen, pipeline
 from bertkit.studies.label_curve import subset_indices
 from bertkit.studies.learning_curve import plan
 from bertkit.studies.learning_curve.finetune import choose_lr, finetune_run
-from bertkit.studies.learning_curve.plan import APPROACHES, Recipe, Run, Variant
+from bertkit.studies.learning_curve.plan import APPROACHES, DEFAULT_APPROACHES, Recipe, Run, Variant
 from bertkit.studies.learning_curve.report import report_markdown, write_report
 from bertkit.studies.results import Progress
 from bertkit.studies.runner import RunLog, busy, hold, holder, machine_name, try_hold
@@ -53,7 +53,7 @@ class LearningCurveRequest:
     data_dir: Callable[[], Path] = field(compare=False, repr=False)
     models: tuple[str, ...] = ()
     sizes: str = DEFAULT_SIZES
-    approach: str = ",".join(APPROACHES)
+    approach: str = ",".join(DEFAULT_APPROACHES)
     seeds: int = 5
     work: Path | None = None
     max_seq_length: int = RECIPE.max_seq_length
@@ -101,7 +101,7 @@ def parse_approaches(text: str) -> tuple[str, ...]:
     """--approach "finetune,frozen" as names, each known and once."""
     names = tuple(a.strip() for a in text.split(",") if a.strip())
     if not names or len(set(names)) != len(names) or any(a not in APPROACHES for a in names):
-        raise BertkitError(f"--approach {text!r}: one or both of {', '.join(APPROACHES)}")
+        raise BertkitError(f"--approach {text!r}: one or more of {', '.join(APPROACHES)}")
     return names
 
 
@@ -119,6 +119,9 @@ def run_learning_curve(req: LearningCurveRequest) -> int:
                     min_steps=req.min_steps, regression_bias=req.regression_bias)
     train = plan.read_examples(req.task, recipe.train_file)
     dev = plan.read_examples(req.task, recipe.dev_file, recipe.dev_examples)
+    if "frozen-apart" in req.approaches and train[0].text_b is None:
+        raise BertkitError(f"--approach frozen-apart embeds a pair's two texts apart; {req.task} "
+                           "has one text per example (use frozen)")
     sizes = plan.resolve_sizes(plan.parse_sizes(req.sizes), len(train), recipe.train_file)
     claim_recipe(work, recipe)
     torch.set_num_threads(req.threads)
@@ -159,20 +162,23 @@ class Measure:
 
     def __call__(self, run: Run, lr: float | None) -> dict[str, Any]:
         variant = self.variants[run.variant]
-        if run.approach == "frozen":
-            return frozen.frozen_run(self.recipe.task, *self.features(variant),
+        if run.approach in plan.FROZEN_APPROACHES:
+            return frozen.frozen_run(self.recipe.task, *self.features(variant, run.approach),
                                      subset_indices(len(self.train), run.size, run.seed), run.seed)
         train_file = (Path(self.recipe.train_file) if run.size == len(self.train) else
                       plan.subset_file(self.recipe, self.train, run.size, run.seed, self.work / "subsets"))
         return finetune_run(self.recipe, variant.path, train_file, run, lr, self.work / "runs" / run.key)
 
-    def features(self, variant: Variant) -> tuple[frozen.FeatureCache, frozen.FeatureCache]:
-        if variant.name not in self.caches:
+    def features(self, variant: Variant, approach: str
+                 ) -> tuple[frozen.FeatureCache, frozen.FeatureCache]:
+        key = f"{variant.name}-T{self.recipe.max_seq_length}" + (
+            "-apart" if approach == "frozen-apart" else "")
+        if key not in self.caches:
             encoder = frozen.frozen_encoder(variant.path, self.recipe.max_seq_length)
-            folder = self.work / "features" / f"{variant.name}-T{self.recipe.max_seq_length}"
-            self.caches[variant.name] = (frozen.FeatureCache(encoder, self.train, folder / "train.npz"),
-                                         frozen.FeatureCache(encoder, self.dev, folder / "dev.npz"))
-        return self.caches[variant.name]
+            folder, apart = self.work / "features" / key, approach == "frozen-apart"
+            self.caches[key] = (frozen.FeatureCache(encoder, self.train, folder / "train.npz", apart),
+                                frozen.FeatureCache(encoder, self.dev, folder / "dev.npz", apart))
+        return self.caches[key]
 
 
 def wait_for_another_worker() -> None:
