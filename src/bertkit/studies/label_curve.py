@@ -222,6 +222,7 @@ def plot_cells(cells: Cells, lines: Sequence[tuple[str, str, int, bool]],
     ax.set_xticks(sizes, [f"{s:,}" for s in sizes])
     ax.minorticks_off()
     # below the axes: inside, it covers the middle of the curves
+    handles = ax.get_legend_handles_labels()[0]
     fig.legend(fontsize=7, loc="lower center", ncol=2)
-    fig.tight_layout(rect=(0, 0.13, 1, 1))
+    fig.tight_layout(rect=(0, 0.03 + 0.035 * math.ceil(len(handles) / 2), 1, 1))
     return save_figure(fig, plt, png)
