@@ -465,6 +465,22 @@ def test_a_regression_head_starts_at_the_labels_mean_unless_told_zero(tiny_model
         state = load_file(out / "model.safetensors")
         assert state["classifier.bias"].item() == pytest.approx(expected, abs=1e-4)
         settings = json.loads((out / "finetune_config.json").read_text())
-        assert settings["regression_bias"] == bias
+        # (zero, the start of runs made before the setting, is left out: those runs resume)
+        assert settings.get("regression_bias", "zero") == bias
+        assert ("regression_bias" in settings) == (bias == "mean")
     with pytest.raises(SystemExit):
         main(["finetune", "stsb", "--model", str(tiny_model), "--regression-bias", "median"])
+
+
+def test_runs_made_before_the_regression_bias_resume():
+    """finetune_config.json written before `regression_bias` existed has no such key: a
+    classification run resumes with any value (it touches no classifier), a regression run with
+    the start it had (zero); the new default start is a change there."""
+    from bertkit.io import changed_settings
+    from bertkit.runs.finetune import FinetuneConfig, run_settings
+
+    for task, regression in (("sst2", False), ("stsb", True)):
+        earlier = run_settings(FinetuneConfig(task, "m", "d", regression_bias="zero"), regression)
+        assert "regression_bias" not in earlier
+        now = run_settings(FinetuneConfig(task, "m", "d"), regression)
+        assert changed_settings(earlier, now) == ([] if not regression else ["regression_bias"])

@@ -4,6 +4,7 @@ run resumed to the same student, and the student loaded by transformers."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -786,3 +787,25 @@ def test_a_squad2_student_tunes_its_own_null_threshold(tmp_path):
                       )["squad_null_threshold"] == student["null_threshold"]
     assert teacher_metrics["null_threshold"] == 7.5  # the teacher, scored with its own
     assert not teacher_metrics["null_threshold_tuned_here"]
+
+
+def test_a_regression_student_starts_where_its_baseline_does(shared_data, tmp_path):
+    """STS-B: the student's head and the baseline's (a plain fine-tuning run) both start at the
+    training labels' mean (the recipe's `regression_bias`); at a rate too small to move them the
+    exported biases are that mean."""
+    from safetensors.torch import load_file
+
+    from tests.helpers import small_glue
+
+    data = small_glue(shared_data, tmp_path / "data", task="STS-B", train=24, dev=8) / "glue"
+    scores = [float(line.split("\t")[-1])
+              for line in (data / "STS-B" / "train.tsv").read_text().splitlines()[1:]]
+    mean = sum(scores) / len(scores)
+    teacher = make_teacher(tmp_path, "stsb", labels=None)
+    cfg = config(tmp_path / "out", teacher, data, task="stsb", baseline=True)
+    cfg = dataclasses.replace(cfg, finetune=dataclasses.replace(
+        cfg.finetune, train=dataclasses.replace(cfg.finetune.train, lr=1e-9)))
+    run_distill(cfg)
+    for folder in (tmp_path / "out", tmp_path / "out" / "baseline"):
+        bias = load_file(folder / "model.safetensors")["classifier.bias"].item()
+        assert bias == pytest.approx(mean, abs=1e-4), folder

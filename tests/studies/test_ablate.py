@@ -143,6 +143,9 @@ def test_config_validation_and_identity(tmp_path):
     b = AblationConfig(**base, seeds=5, tasks=("sst2", "mrpc"))  # more seeds/tasks: same study
     assert a.identity() == b.identity()
     assert a.identity() != AblationConfig(**base, budget_minutes=3.0).identity()
+    # the regression head's start, added later at the value the recorded ablations had: their
+    # results.json (no such key) is the same study
+    assert "regression_bias" not in a.identity()["finetune"]
     assert AblationConfig(**base, study="sizes").variant_names == ("tiny", "mini", "small")
 
 

@@ -127,6 +127,7 @@ def test_a_tiny_curve_records_every_run_reports_and_resumes(shared_data, tmp_pat
 @pytest.mark.parametrize("args, says", [
     (["--approach", "frozen,linear"], "one or more of finetune, frozen, frozen-apart"),
     (["--approach", "frozen-apart"], "sst2 has one text per example"),
+    (["--model", "apart-x=x"], "a name starting with 'apart-' (apart-x)"),
     (["--sizes", "100,50"], "distinct label counts, rising"),
     (["--sizes", "50,x"], "is not a label count"),
     (["--sizes", "all,50"], "'all' last"),
@@ -180,6 +181,15 @@ def test_a_regression_curve_records_where_its_head_starts_and_says_it(tmp_path, 
     lc_study.claim_recipe(tmp_path / "work", zero)
     with pytest.raises(lc_study.BertkitError, match="regression_bias"):
         lc_study.claim_recipe(tmp_path / "work", recipe)
+    # a study.json from before the setting: its runs started at zero; an SST-2 study goes on
+    for task, accepted in (("stsb", "zero"), ("sst2", "mean")):
+        older = {k: v for k, v in Recipe(task, "t", "d").settings().items() if k != "regression_bias"}
+        folder = tmp_path / f"older-{task}"
+        folder.mkdir()
+        (folder / "study.json").write_text(json.dumps({"recipe": older}))
+        lc_study.claim_recipe(folder, Recipe(task, "t", "d", regression_bias=accepted))
+    with pytest.raises(lc_study.BertkitError, match="regression_bias"):
+        lc_study.claim_recipe(tmp_path / "older-stsb", Recipe("stsb", "t", "d"))
 
     record = {"date": "2026-12-07", "seconds": 1}
     said = lc_study.header_line("stsb", [record], recipe.settings())

@@ -98,8 +98,10 @@ from bertkit.runs.finetune import (
     load_model,
     prepare_data,
     run_one,
+    start_at_label_mean,
     train_config,
 )
+from bertkit.runs.finetune import run_settings as finetune_settings
 from bertkit.tasks import ColumnSpec, FeatureSettings, Task
 from bertkit.tasks.splits import evaluate_splits, featurized, save_release
 from bertkit.tokenization import BertTokenizer
@@ -249,7 +251,8 @@ def run_distill(cfg: DistillConfig) -> dict[str, Any]:
     check_task_options(task, cfg, spec)
     inputs = [cfg.teacher_dir] + ([spec.name] if spec.kind == "folder" else [])
     resume = cfg.finetune.train.resume
-    folder = RunFolder(out, DISTILL_MARKER, run_settings(cfg), resume, inputs=inputs)
+    folder = RunFolder(out, DISTILL_MARKER, run_settings(cfg, task.regression), resume,
+                       inputs=inputs)
     earlier = folder.finished(RESULTS_NAME)
     if earlier is not None:
         return earlier
@@ -337,6 +340,8 @@ def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: Ber
         return model, json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     student = load_model(task, init_dir, data.labels, ft)
     check_vocab(student.config, tokenizer, init_dir)
+    if task.regression and ft.regression_bias == "mean":  # as the baseline's head starts
+        start_at_label_mean(student, data.student_train)
     objective = DistillationObjective(student, cfg.temperature, cfg.alpha, task.regression,
                                       layers(student) if layers else None)
     features = with_targets(data.student_train, targets)
@@ -382,7 +387,9 @@ def run_baseline(task: Task, cfg: DistillConfig, init_dir: Path) -> dict[str, An
 ADDED_LATER = {"attention_weight": 0.0}
 
 
-def run_settings(cfg: DistillConfig) -> dict[str, Any]:
-    """distill_config.json: every setting of the run (what --resume must match)."""
+def run_settings(cfg: DistillConfig, regression: bool) -> dict[str, Any]:
+    """distill_config.json: every setting of the run (what --resume must match); the
+    fine-tuning recipe's as a fine-tuning run records them."""
     settings = json.loads(json.dumps(asdict(cfg), default=str))
+    settings["finetune"] = finetune_settings(cfg.finetune, regression)
     return {k: v for k, v in settings.items() if ADDED_LATER.get(k, object()) != v}

@@ -280,7 +280,8 @@ def run_one(cfg: FinetuneConfig, *, load: Callable[..., nn.Module] | None = None
     group's timeout, and nothing on those ranks needs its results."""
     task = build_task(cfg)
     check_model_dir(cfg.model_dir)  # before the output folder is claimed
-    folder = RunFolder(Path(cfg.output_dir), FINETUNE_MARKER, run_settings(cfg), cfg.train.resume,
+    folder = RunFolder(Path(cfg.output_dir), FINETUNE_MARKER, run_settings(cfg, task.regression),
+                       cfg.train.resume,
                        inputs=[cfg.model_dir])
     earlier = folder.finished("metrics.json")
     if earlier is not None:
@@ -324,9 +325,11 @@ def _train_claimed(task: Task, cfg: FinetuneConfig, data: TaskData, tokenizer: B
 
 def start_at_label_mean(model: nn.Module, features: list[Feature]) -> None:
     """Set a regression head's bias to the mean of the training labels (FinetuneConfig's
-    `regression_bias`): the model starts by predicting the average score, not 0."""
+    `regression_bias`): the model starts by predicting the average score, not 0. Features
+    without a label (a distillation's unlabelled texts: NaN) do not count."""
     head = getattr(model, "classifier", None)
     labels = [float(f["labels"]) for f in features if "labels" in f]
+    labels = [y for y in labels if math.isfinite(y)]
     if not (isinstance(head, nn.Linear) and head.out_features == 1 and head.bias is not None):
         raise BertkitError(f"--regression-bias mean: {type(model).__name__} has no one-output "
                            "`classifier` layer to start at the labels' mean; use "
@@ -370,6 +373,15 @@ def dev_evaluator(task: Task, dev: list[Split], settings: FeatureSettings, cfg: 
     return evaluate
 
 
-def run_settings(cfg: FinetuneConfig) -> dict[str, Any]:
-    """finetune_config.json: every setting of the run (what --resume must match)."""
-    return json.loads(json.dumps(asdict(cfg), default=str))
+# settings added after runs were made, at the value those runs had: left out of
+# finetune_config.json at that value, so that those runs resume
+ADDED_LATER = {"regression_bias": "zero"}
+
+
+def run_settings(cfg: FinetuneConfig, regression: bool) -> dict[str, Any]:
+    """finetune_config.json: every setting of the run that shapes it (what --resume must
+    match); `regression_bias` only where the task is a regression (it touches no other head)."""
+    settings = json.loads(json.dumps(asdict(cfg), default=str))
+    if not regression:
+        settings.pop("regression_bias")
+    return {k: v for k, v in settings.items() if ADDED_LATER.get(k, object()) != v}

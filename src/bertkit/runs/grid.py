@@ -50,7 +50,8 @@ def run_grid(base: FinetuneConfig, lrs: list[float], epochs: list[float],
     task = build_task(base)
     check_model_dir(base.model_dir)
     check_data(task, base)
-    grid_settings = {**run_settings(base), "grid": {"lr": lrs, "epochs": epochs, "seeds": seeds}}
+    grid_settings = {**run_settings(base, task.regression),
+                     "grid": {"lr": lrs, "epochs": epochs, "seeds": seeds}}
     folder = RunFolder(out, FINETUNE_MARKER, grid_settings, base.train.resume,
                        inputs=[base.model_dir])
     if base.train.resume is True and not folder.check():  # bare --resume must continue something

@@ -70,7 +70,8 @@ class AblationConfig:
         data="", train=pretrain_train_config(batch_size=32, lr=1e-3, warmup_ratio=0.1)))
     finetune: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(
         "", "", "", train=finetune_train_config(lr=1e-3), max_seq_length=128,
-        max_train_examples=2000))
+        max_train_examples=2000,
+        regression_bias="zero"))  # as the recorded ablations were run (a regression task's head)
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -106,6 +107,8 @@ class AblationConfig:
             keep.pop(name)
         for recipe in (keep["pretrain"], keep["finetune"]):
             recipe["train"].pop("progress")
+        if keep["finetune"]["regression_bias"] == "zero":  # (added later, at the value it had)
+            keep["finetune"].pop("regression_bias")
         return json.loads(json.dumps(keep, default=str))
 
 

@@ -148,6 +148,12 @@ def check_names(models: Sequence[str]) -> None:
     if twice:
         raise BertkitError(f"--model: two models named {', '.join(twice)}; name them apart "
                            "with NAME=PATH")
+    # a run's name is APPROACH-MODEL-...: "frozen" of a model "apart-x" would read as
+    # "frozen-apart" of "x"
+    ambiguous = [n for n in names if n.startswith("apart-")]
+    if ambiguous:
+        raise BertkitError(f"--model: a name starting with 'apart-' ({ambiguous[0]}) would mix "
+                           "its runs with another's; name it otherwise with NAME=PATH")
 
 
 def parse_sizes(text: str) -> tuple[int | str, ...]:

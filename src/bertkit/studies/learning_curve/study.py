@@ -133,14 +133,19 @@ def run_learning_curve(req: LearningCurveRequest) -> int:
     return 0
 
 
+# recipe settings added after studies were made, at the value those studies had
+ADDED_LATER = {"regression_bias": "zero"}
+
+
 def claim_recipe(work: Path, recipe: Recipe) -> None:
     """WORK/study.json: written by the study's first command; a later one with another recipe is
-    refused."""
+    refused (a regression head's start only where the task is a regression)."""
     path = work / "study.json"
     settings = recipe.settings()
     if path.is_file():
-        stored = read_json_object(path).get("recipe", {})
-        changed = sorted(k for k in {*settings, *stored} if stored.get(k) != settings.get(k))
+        stored = {**ADDED_LATER, **read_json_object(path).get("recipe", {})}
+        moot = set() if get_task(recipe.task).regression else {"regression_bias"}
+        changed = sorted(k for k in {*settings, *stored} - moot if stored.get(k) != settings.get(k))
         if changed:
             raise BertkitError(f"{path}: the runs here were made with other settings "
                                f"({', '.join(changed)}); other settings need a --work of their own")
