@@ -266,9 +266,12 @@ def header_line(task: str, records: list[dict[str, Any]], settings: dict[str, An
             " The regression head starts at the training labels' mean." if
             settings.get("regression_bias") == "mean" else
             " The regression head starts at 0 (Hugging Face's init).")
+    apart = (" Frozen, texts apart: each text of a pair embedded alone, the model reading "
+             "[u, v, |u-v|, u*v, cosine]." if any(r.get("approach") == "frozen-apart"
+                                                    for r in records) else "")
     return (f"**{task}**, dev: {dev} examples, max length {settings.get('max_seq_length')}. Frozen: "
             f"mean-pooled fp32 vectors, standardized, into logistic regression (classification) or "
-            f"ridge regression, its regularization chosen by cross-validation on the subset. "
+            f"ridge regression, its regularization chosen by cross-validation on the subset.{apart} "
             f"Fine-tuned: batch {settings.get('batch_size')}, {settings.get('epochs'):g} epochs or "
             f"at least {settings.get('min_steps')} steps, the rate chosen per model and label count "
             f"from {{{grid}}} on seed {settings.get('selection_seed')} (not reported).{head} Subsets: the "
