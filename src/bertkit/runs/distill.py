@@ -98,7 +98,7 @@ from bertkit.runs.finetune import (
     load_model,
     prepare_data,
     run_one,
-    start_at_label_mean,
+    start_regression_head,
     train_config,
 )
 from bertkit.runs.finetune import run_settings as finetune_settings
@@ -340,8 +340,7 @@ def train_student(task: Task, cfg: DistillConfig, init_dir: Path, tokenizer: Ber
         return model, json.loads((out / "metrics.json").read_text(encoding="utf-8"))
     student = load_model(task, init_dir, data.labels, ft)
     check_vocab(student.config, tokenizer, init_dir)
-    if task.regression and ft.regression_bias == "mean":  # as the baseline's head starts
-        start_at_label_mean(student, data.student_train)
+    start_regression_head(student, task, ft, data.student_train)  # as the baseline's starts
     objective = DistillationObjective(student, cfg.temperature, cfg.alpha, task.regression,
                                       layers(student) if layers else None)
     features = with_targets(data.student_train, targets)

@@ -55,6 +55,13 @@ FINETUNE_MARKER = "finetune_config.json"  # written first: marks a folder as a f
 REGRESSION_BIASES = ("mean", "zero")  # FinetuneConfig.regression_bias
 
 
+def check_regression_bias(value: str) -> None:
+    """FinetuneConfig's `regression_bias`, and every recipe that passes one on to it."""
+    if value not in REGRESSION_BIASES:
+        raise BertkitError(f"--regression-bias must be one of {', '.join(REGRESSION_BIASES)}, "
+                           f"got {value!r}")
+
+
 def finetune_train_config(output_dir: str = "", **changes: Any) -> TrainConfig:
     """The loop's settings for fine-tuning: the paper's recipe, the one place it is written.
     `max_steps` stays None (the run derives it from epochs; set it to cap the steps)."""
@@ -116,9 +123,7 @@ class FinetuneConfig:
                 raise BertkitError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
         if self.dropout is not None and not 0 <= self.dropout < 1:
             raise BertkitError(f"--dropout must be in [0, 1), got {self.dropout}")
-        if self.regression_bias not in REGRESSION_BIASES:
-            raise BertkitError(f"--regression-bias must be one of {', '.join(REGRESSION_BIASES)}, "
-                               f"got {self.regression_bias!r}")
+        check_regression_bias(self.regression_bias)
         if self.split_dev is not None and not 0 < self.split_dev < 1:
             raise BertkitError(f"--split-dev must be between 0 and 1, got {self.split_dev}")
 
@@ -302,8 +307,8 @@ def _train_claimed(task: Task, cfg: FinetuneConfig, data: TaskData, tokenizer: B
     main = distributed.is_main()
     model = load(task, cfg.model_dir, data.labels, cfg)
     check_vocab(model.config, tokenizer, cfg.model_dir)
-    if task.regression and cfg.regression_bias == "mean":
-        start_at_label_mean(model, data.train.features)  # a resumed run loads its own weights
+    # (a resumed run then loads its own weights over the head's start)
+    start_regression_head(model, task, cfg, data.train.features)
     loop_cfg = dataclasses.replace(train_config(cfg, len(data.train.features)), resume=resume)
     lengths = feature_lengths(data.train.features) if cfg.group_by_length else None
     result = train(model, data.train.features, training_collate(task, model, cfg), loop_cfg,
@@ -323,10 +328,13 @@ def _train_claimed(task: Task, cfg: FinetuneConfig, data: TaskData, tokenizer: B
     return record
 
 
-def start_at_label_mean(model: nn.Module, features: list[Feature]) -> None:
-    """Set a regression head's bias to the mean of the training labels (FinetuneConfig's
-    `regression_bias`): the model starts by predicting the average score, not 0. Features
-    without a label (a distillation's unlabelled texts: NaN) do not count."""
+def start_regression_head(model: nn.Module, task: Task, cfg: FinetuneConfig,
+                          features: list[Feature]) -> None:
+    """Where the task is a regression and cfg's `regression_bias` is "mean", set the head's
+    bias to the mean of the training labels: the model starts by predicting the average score,
+    not 0. Features without a label (a distillation's unlabelled texts: NaN) do not count."""
+    if not task.regression or cfg.regression_bias != "mean":
+        return
     head = getattr(model, "classifier", None)
     labels = [float(f["labels"]) for f in features if "labels" in f]
     labels = [y for y in labels if math.isfinite(y)]

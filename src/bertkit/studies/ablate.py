@@ -21,6 +21,7 @@ from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.io import LOCK_FILE, held_output_dir
 from bertkit.runs.finetune import FinetuneConfig, finetune_train_config
+from bertkit.runs.finetune import run_settings as finetune_settings
 from bertkit.runs.pretrain import PretrainConfig, pretrain_train_config
 from bertkit.studies import pipeline
 from bertkit.studies.report import (
@@ -105,10 +106,11 @@ class AblationConfig:
         keep = asdict(self)
         for name in ("output_dir", "variants", "tasks", "seeds", "progress"):
             keep.pop(name)
+        # the fine-tuning recipe as a fine-tuning run records it (a setting added later left out
+        # at the value it had), whichever tasks the study grows to
+        keep["finetune"] = finetune_settings(self.finetune, regression=True)
         for recipe in (keep["pretrain"], keep["finetune"]):
             recipe["train"].pop("progress")
-        if keep["finetune"]["regression_bias"] == "zero":  # (added later, at the value it had)
-            keep["finetune"].pop("regression_bias")
         return json.loads(json.dumps(keep, default=str))
 
 

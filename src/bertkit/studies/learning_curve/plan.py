@@ -19,9 +19,9 @@ from typing import Any
 
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.runs.finetune import REGRESSION_BIASES
+from bertkit.runs.finetune import check_regression_bias
 from bertkit.studies import pipeline
-from bertkit.studies.label_curve import subset_indices, write_subset
+from bertkit.studies.label_curve import FROZEN, subset_indices, write_subset
 from bertkit.tasks import get_task
 from bertkit.tasks.glue import GLUE_TASKS, TextExample
 from bertkit.tokenization import BertTokenizer
@@ -29,7 +29,7 @@ from bertkit.tokenization import BertTokenizer
 # frozen-apart (pair tasks): the two texts embedded apart and compared (`frozen.pair_features`)
 APPROACHES = ("finetune", "frozen", "frozen-apart")
 DEFAULT_APPROACHES = ("finetune", "frozen")
-FROZEN_APPROACHES = ("frozen", "frozen-apart")
+FROZEN_APPROACHES = FROZEN  # (defined with the statistics that set them against fine-tuning)
 RANDOM_SUFFIX = "-random"  # a twin's name: its model's name and this
 ALL = "all"  # the size that is the whole training set
 
@@ -68,9 +68,7 @@ class Recipe:
                 or len(set(self.lr_grid)) != len(self.lr_grid):
             raise BertkitError("--lr-grid: one or more distinct rates > 0, got "
                                f"{','.join(f'{lr:g}' for lr in self.lr_grid) or 'none'}")
-        if self.regression_bias not in REGRESSION_BIASES:
-            raise BertkitError(f"--regression-bias must be one of {', '.join(REGRESSION_BIASES)}, "
-                               f"got {self.regression_bias!r}")
+        check_regression_bias(self.regression_bias)
         if not (math.isfinite(self.epochs) and self.epochs > 0) or self.min_steps < 1:
             raise BertkitError(f"--epochs must be > 0 and --min-steps >= 1, got {self.epochs:g} "
                                f"and {self.min_steps}")

@@ -176,11 +176,11 @@ class Measure:
 
     def features(self, variant: Variant, approach: str
                  ) -> tuple[frozen.FeatureCache, frozen.FeatureCache]:
-        key = f"{variant.name}-T{self.recipe.max_seq_length}" + (
-            "-apart" if approach == "frozen-apart" else "")
+        apart = approach == "frozen-apart"
+        key = f"{variant.name}-T{self.recipe.max_seq_length}" + ("-apart" if apart else "")
         if key not in self.caches:
             encoder = frozen.frozen_encoder(variant.path, self.recipe.max_seq_length)
-            folder, apart = self.work / "features" / key, approach == "frozen-apart"
+            folder = self.work / "features" / key
             self.caches[key] = (frozen.FeatureCache(encoder, self.train, folder / "train.npz", apart),
                                 frozen.FeatureCache(encoder, self.dev, folder / "dev.npz", apart))
         return self.caches[key]
